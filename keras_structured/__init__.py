@@ -1,0 +1,18 @@
+"""keras-structured: Keras layers whose outputs obey structure and convex constraints."""
+
+from keras_structured import engine
+from keras_structured.layers import Sparsemax
+from keras_structured.losses import SparsemaxLoss, sparsemax_loss
+from keras_structured.ops import sparsemap, sparsemap_sequence, sparsemax
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sparsemax",
+    "SparsemaxLoss",
+    "engine",
+    "sparsemap",
+    "sparsemap_sequence",
+    "sparsemax",
+    "sparsemax_loss",
+]

@@ -1,0 +1,22 @@
+"""Framework-free SparseMAP engine (numpy): structures, solvers, Jacobians (Niculae et al., 2018)."""
+
+from keras_structured.engine.sequence import SequenceStructure, viterbi
+from keras_structured.engine.simplex import SimplexStructure
+from keras_structured.engine.solve import (
+    METHODS,
+    SparseMAPConvergenceWarning,
+    SparseMAPSolution,
+    solve,
+)
+from keras_structured.engine.structure import Structure
+
+__all__ = [
+    "METHODS",
+    "SequenceStructure",
+    "SimplexStructure",
+    "SparseMAPConvergenceWarning",
+    "SparseMAPSolution",
+    "Structure",
+    "solve",
+    "viterbi",
+]

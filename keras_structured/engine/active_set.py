@@ -1,0 +1,120 @@
+"""Active-set solver for SparseMAP (Martins et al. 2015, Algorithm 3).
+
+At each iteration the relaxed QP restricted to the active set ``I``,
+
+    max_y <theta_I, y> - ||M_I y||^2 / 2   s.t.  1^T y = 1,
+
+is solved through its KKT system ``[[0, 1^T], [1, M_I M_I^T]] [tau; y] = [1; theta_I]``.
+The inverse of that matrix is maintained incrementally: adding a structure is a
+bordered (Schur-complement) update and removing one a rank-one downdate, both
+O(|I|^2). A structure whose unary part lies in the affine hull of the active ones
+makes the system singular; it then enters by a pivot that keeps ``u`` fixed and
+moves weight onto it until an active structure leaves (a simplex-method step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keras_structured.engine.support import SupportState
+
+# Squared distance (relative to ||m||^2) below which a new unary vector counts as
+# lying in the affine hull of the active ones.
+_AFFINE_TOL = 1e-10
+
+
+class ActiveSetSolver(SupportState):
+    """One SparseMAP problem solved by the active-set method; see the module docstring."""
+
+    def __init__(self, eta_u, eta_v, m, n, code, tol, record_history=False):
+        super().__init__(eta_u, eta_v, m, n, code, tol, record_history)
+        self.theta = np.array([eta_u @ m + eta_v @ n])
+        self.kkt_inverse = np.array([[-(m @ m), 1.0], [1.0, 0.0]])
+        self._stalls = 0
+
+    def step(self, m: np.ndarray, n: np.ndarray, code: np.ndarray) -> None:
+        """Take the MAP structure at the current point; add it unless converged."""
+        if self.check_gap(m, n):
+            return
+        if self.index_of(code) is not None:
+            # An active structure cannot have a positive gap in exact arithmetic:
+            # rebuild the factorization once, then give up (reported as not converged).
+            self._stalls += 1
+            self.done = self._stalls > 1
+            self._refactor()
+            self._solve_relaxed()
+            return
+        self._enter(m, n, code)
+        self._solve_relaxed()
+
+    def weight_jacobian(self) -> np.ndarray:
+        return self.kkt_inverse[1:, 1:]
+
+    def _border(self, m):
+        border = np.concatenate([[1.0], self.M @ m])
+        w = self.kkt_inverse @ border
+        return w, float(m @ m - border @ w)
+
+    def _enter(self, m, n, code) -> None:
+        weight = 0.0
+        w, schur = self._border(m)
+        while schur <= _AFFINE_TOL * max(1.0, m @ m):
+            # m = M_I^T alpha with sum(alpha) = 1: moving weight along e_s - alpha keeps
+            # u fixed; move until the first active structure hits zero and leaves.
+            alpha = w[1:]
+            blocking = np.flatnonzero(alpha > 1e-12)
+            if blocking.size == 0:
+                break
+            ratios = self.y[blocking] / alpha[blocking]
+            leave = blocking[np.argmin(ratios)]
+            gamma = float(np.min(ratios))
+            self.y = np.maximum(self.y - gamma * alpha, 0.0)
+            weight += gamma
+            self._drop(leave)
+            w, schur = self._border(m)
+        k = self.kkt_inverse.shape[0]
+        grown = np.empty((k + 1, k + 1))
+        grown[:k, :k] = self.kkt_inverse + np.outer(w, w) / schur
+        grown[:k, k] = grown[k, :k] = -w / schur
+        grown[k, k] = 1.0 / schur
+        self.kkt_inverse = grown
+        self.append(m, n, code, weight)
+        self.theta = np.append(self.theta, self.eta_u @ m + self.eta_v @ n)
+
+    def _drop(self, i: int) -> None:
+        """Remove active structure ``i`` and downdate the KKT inverse."""
+        j = i + 1
+        pivot = self.kkt_inverse[j, j]
+        column = np.delete(self.kkt_inverse[:, j], j)
+        shrunk = np.delete(np.delete(self.kkt_inverse, j, axis=0), j, axis=1)
+        self.remove(i)
+        self.theta = np.delete(self.theta, i)
+        if abs(pivot) < 1e-12:
+            self._refactor()
+        else:
+            self.kkt_inverse = shrunk - np.outer(column, column) / pivot
+
+    def _refactor(self) -> None:
+        self.kkt_inverse = np.linalg.pinv(self.kkt_matrix())
+
+    def _solve_relaxed(self) -> None:
+        """Solve the KKT system on the active set; drop structures until it is feasible."""
+        refactored = False
+        while True:
+            y_hat = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
+            y_hat = y_hat[1:]
+            if abs(y_hat.sum() - 1.0) > 1e-8 and not refactored:
+                # The incremental inverse has drifted: rebuild it once.
+                self._refactor()
+                refactored = True
+                continue
+            negative = np.flatnonzero(y_hat < 0.0)
+            if negative.size == 0:
+                self.y = y_hat
+                break
+            ratios = self.y[negative] / (self.y[negative] - y_hat[negative])
+            leave = negative[np.argmin(ratios)]
+            self.y = np.maximum(self.y + float(np.min(ratios)) * (y_hat - self.y), 0.0)
+            self._drop(leave)
+            refactored = False
+        self.update_point()

@@ -1,0 +1,36 @@
+"""The probability simplex as a structure: SparseMAP over it is sparsemax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keras_structured.engine.structure import Structure
+
+
+class SimplexStructure(Structure):
+    """The ``K`` vertices of the simplex, ``m_s = e_s``; no higher-order part.
+
+    SparseMAP over this structure solves ``max_{u in simplex} <eta, u> - ||u||^2 / 2``,
+    the Euclidean projection onto the simplex, i.e. sparsemax.
+
+    Example:
+        >>> s = SimplexStructure()
+        >>> s.map(np.array([[0.1, 2.0, -1.0]]), np.zeros((1, 0)))
+        array([1])
+    """
+
+    def map(self, eta_u: np.ndarray, eta_v: np.ndarray) -> np.ndarray:
+        return np.argmax(eta_u, axis=-1)
+
+    def indicators(self, codes, u_shape, v_shape):
+        m = np.zeros((codes.shape[0],) + tuple(u_shape))
+        m[np.arange(codes.shape[0]), codes] = 1.0
+        return m, np.zeros((codes.shape[0],) + tuple(v_shape))
+
+    def validate_shapes(self, u_shape, v_shape):
+        if len(u_shape) != 1:
+            raise ValueError(
+                "SimplexStructure expects scores of per-example shape (K,). "
+                f"Received: eta_u per-example shape={tuple(u_shape)}"
+            )
+        super().validate_shapes(u_shape, v_shape)

@@ -1,0 +1,78 @@
+"""The structure protocol: everything the SparseMAP solvers know about a structure.
+
+A structured output space is the set of vertices ``a_s = [m_s; n_s]`` of a
+marginal polytope. ``m_s`` (the *unary* part, shape ``u_shape``) carries the
+quadratic penalty of SparseMAP; ``n_s`` (the *higher-order* part, shape
+``v_shape``, possibly empty) does not. A structure only has to provide
+
+* a MAP oracle ``argmax_s <eta_u, m_s> + <eta_v, n_s>`` on a batch of scores, returning
+  a compact integer code per example (for instance the label sequence), and
+* the indicator vectors ``(m_s, n_s)`` of a batch of codes.
+
+The solvers never look inside a structure: they only call these two methods.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+
+class Structure(abc.ABC):
+    """Base class of the structures that SparseMAP can solve over.
+
+    Subclasses implement :meth:`map` and :meth:`indicators` on batches and may
+    override :meth:`validate_shapes` and :meth:`v_shape`.
+    """
+
+    @abc.abstractmethod
+    def map(self, eta_u: np.ndarray, eta_v: np.ndarray) -> np.ndarray:
+        """Return the highest-scoring structure of every example.
+
+        Args:
+            eta_u: unary scores, shape ``(batch, *u_shape)``.
+            eta_v: higher-order scores, shape ``(batch, *v_shape)``.
+
+        Returns:
+            Integer codes, shape ``(batch, ...)``: one code per example that
+            :meth:`indicators` turns back into indicator vectors.
+        """
+
+    @abc.abstractmethod
+    def indicators(
+        self, codes: np.ndarray, u_shape: tuple[int, ...], v_shape: tuple[int, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Return the indicator vectors ``(m_s, n_s)`` of a batch of codes.
+
+        Args:
+            codes: the output of :meth:`map`.
+            u_shape: per-example shape of the unary part.
+            v_shape: per-example shape of the higher-order part.
+
+        Returns:
+            ``(m, n)`` with shapes ``(batch, *u_shape)`` and ``(batch, *v_shape)``.
+        """
+
+    def v_shape(self, u_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-example shape of the higher-order part for unary shape ``u_shape``."""
+        return (0,)
+
+    def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
+        """Raise ``ValueError`` when the score shapes do not fit the structure.
+
+        Dimensions may be ``None`` (unknown until run time); they are not checked.
+        """
+        expected = self.v_shape(tuple(u_shape))
+        if len(v_shape) != len(expected) or any(
+            a is not None and b is not None and a != b for a, b in zip(v_shape, expected, strict=False)
+        ):
+            raise ValueError(
+                f"{type(self).__name__} expects higher-order scores of per-example "
+                f"shape {expected} for unary scores of shape {tuple(u_shape)}. "
+                f"Received: eta_v per-example shape={tuple(v_shape)}"
+            )
+
+    def get_config(self) -> dict:
+        """Constructor arguments, for serialization."""
+        return {}

@@ -1,0 +1,5 @@
+"""Keras layers."""
+
+from keras_structured.layers.sparsemax_layer import Sparsemax
+
+__all__ = ["Sparsemax"]

@@ -1,0 +1,1 @@
+"""Constrained policy optimisation with projected policies (filled in by the RL issue)."""
