@@ -68,7 +68,7 @@ class SequenceStructure(Structure):
         rows = np.arange(batch)[:, None]
         positions = np.arange(n)[None, :]
         m[rows, positions, codes] = 1.0
-        pair = np.zeros((batch, n - 1, num_labels, num_labels))
+        pair = np.zeros((batch, max(n - 1, 0), num_labels, num_labels))
         pair[rows, positions[:, :-1], codes[:, :-1], codes[:, 1:]] = 1.0
         return m, pair
 
