@@ -6,7 +6,6 @@ import warnings
 import numpy as np
 import pytest
 
-from brute_force import EnumeratedStructure, sequence_vertices, solve_qp
 from keras_structured.engine import (
     METHODS,
     SequenceStructure,
@@ -16,6 +15,7 @@ from keras_structured.engine import (
     viterbi,
 )
 from keras_structured.engine.jacobian import jacobian_product
+from tests.brute_force import EnumeratedStructure, sequence_vertices, solve_qp
 
 SIZES = [(n, k) for n in range(1, 5) for k in range(1, 4)]
 
