@@ -17,12 +17,12 @@ class EnumeratedStructure(Structure):
         self.vertices_m = np.asarray(vertices_m, dtype=float)
         self.vertices_n = np.asarray(vertices_n, dtype=float)
 
-    def map(self, eta_u, eta_v):
+    def map(self, eta_u, eta_v, lengths=None):
         batch = eta_u.shape[0]
         scores = eta_u.reshape(batch, -1) @ self.vertices_m.T + eta_v.reshape(batch, -1) @ self.vertices_n.T
         return np.argmax(scores, axis=1)
 
-    def indicators(self, codes, u_shape, v_shape):
+    def indicators(self, codes, u_shape, v_shape, lengths=None):
         return (
             self.vertices_m[codes].reshape((-1,) + tuple(u_shape)),
             self.vertices_n[codes].reshape((-1,) + tuple(v_shape)),

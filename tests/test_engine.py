@@ -223,3 +223,49 @@ def test_structures_match_the_polytope_vertices():
         codes, M, N = sequence_vertices(n, num_labels)
         assert len({row.tobytes() for row in np.hstack([M, N])}) == num_labels**n
         np.testing.assert_allclose(M.reshape(len(codes), n, num_labels).sum(-1), 1.0)
+
+
+@pytest.mark.parametrize("method", ["active_set", "pairwise_frank_wolfe"])
+def test_padded_batch_equals_unpadded_examples(method):
+    rng = np.random.default_rng(12)
+    lengths = np.array([5, 0, 1, 3, 2])
+    unary, pairwise = random_sequence(rng, 5, 3, 0.4, batch=5)
+    padded = solve(
+        SequenceStructure(), unary, pairwise, lengths=lengths, method=method, tol=1e-12, max_iter=5000
+    )
+    for b, length in enumerate(lengths):
+        single = solve(
+            SequenceStructure(),
+            unary[b : b + 1, :length],
+            pairwise[b : b + 1, : max(length - 1, 0)],
+            method=method,
+            tol=1e-12,
+            max_iter=5000,
+        )
+        np.testing.assert_allclose(padded.u[b, :length], single.u[0], atol=1e-9)
+        np.testing.assert_allclose(padded.v[b, : max(length - 1, 0)], single.v[0], atol=1e-9)
+        assert np.all(padded.u[b, length:] == 0) and np.all(padded.v[b, max(length - 1, 0) :] == 0)
+    direction = rng.normal(size=unary.shape)
+    j_u, j_v = padded.jacobian_product(direction, np.zeros_like(pairwise))
+    for b, length in enumerate(lengths):
+        assert np.all(j_u[b, length:] == 0)
+
+
+def test_viterbi_with_lengths_matches_truncated_viterbi():
+    rng = np.random.default_rng(13)
+    unary, pairwise = random_sequence(rng, 6, 4, batch=7)
+    lengths = np.array([6, 5, 4, 3, 2, 1, 0])
+    labels = viterbi(unary, pairwise, lengths)
+    for b, length in enumerate(lengths):
+        expected = viterbi(unary[b : b + 1, :length], pairwise[b : b + 1, : max(length - 1, 0)])
+        assert labels[b, :length].tolist() == expected[0].tolist()
+        assert np.all(labels[b, length:] == -1)
+
+
+def test_bad_lengths_raise():
+    with pytest.raises(ValueError, match="Received: lengths="):
+        solve(SequenceStructure(), np.zeros((2, 3, 2)), np.zeros((2, 2, 2, 2)), lengths=np.array([4, 1]))
+    with pytest.raises(ValueError, match="Received: lengths.shape"):
+        solve(SequenceStructure(), np.zeros((2, 3, 2)), np.zeros((2, 2, 2, 2)), lengths=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="does not take lengths"):
+        solve(SimplexStructure(), np.zeros((2, 3)), lengths=np.array([1, 2]))

@@ -154,3 +154,20 @@ def test_two_epoch_fit_of_a_tiny_tagger():
     assert history.history["loss"][1] < history.history["loss"][0]
     accuracy = (np.argmax(model.predict(tokens, verbose=0), -1) == tags).mean()
     assert accuracy > 0.9
+
+
+def test_lengths_give_unpadded_results_and_zero_gradient():
+    rng = np.random.default_rng(9)
+    unary = tf.constant(rng.normal(size=(3, 5, 3)))
+    transitions = tf.constant(rng.normal(size=(3, 3)))
+    end = tf.constant(rng.normal(size=3))
+    lengths = tf.constant([5, 2, 0])
+    with tf.GradientTape() as tape:
+        tape.watch(unary)
+        u, v = ks.sparsemap_sequence(unary, transitions, end=end, lengths=lengths, tol=1e-12)
+        total = tf.reduce_sum(u * tf.constant(rng.normal(size=(3, 5, 3))))
+    grad = tape.gradient(total, unary).numpy()
+    for b, length in enumerate(lengths.numpy()):
+        single, _ = ks.sparsemap_sequence(unary[b : b + 1, :length], transitions, end=end, tol=1e-12)
+        np.testing.assert_allclose(u.numpy()[b, :length], single.numpy()[0], atol=1e-9)
+        assert np.all(u.numpy()[b, length:] == 0) and np.all(grad[b, length:] == 0)

@@ -7,7 +7,7 @@ import numpy as np
 from keras_structured.engine.structure import Structure
 
 
-def viterbi(unary: np.ndarray, pairwise: np.ndarray) -> np.ndarray:
+def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
     """Highest-scoring label sequences of a batch of linear chains.
 
     Solves ``argmax_y sum_i unary[i, y_i] + sum_i pairwise[i, y_i, y_{i+1}]`` for
@@ -17,6 +17,8 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray) -> np.ndarray:
         unary: ``(batch, n, K)`` label scores.
         pairwise: ``(batch, n - 1, K, K)`` transition scores between positions
             ``i`` and ``i + 1`` (from-label first).
+        lengths: optional ``(batch,)`` sequence lengths ``<= n``; positions past
+            an example's length are padding and get label ``-1``.
 
     Returns:
         ``(batch, n)`` integer labels. Ties go to the smallest label.
@@ -26,20 +28,24 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray) -> np.ndarray:
         array([[0, 1]])
     """
     batch, n, num_labels = unary.shape
-    labels = np.zeros((batch, n), dtype=np.int64)
+    labels = np.full((batch, n), -1, dtype=np.int64)
     if n == 0:
         return labels
-    rows = np.arange(batch)
+    lengths = np.full(batch, n) if lengths is None else np.asarray(lengths)
+    rows, stay = np.arange(batch), np.arange(num_labels)
     backpointers = np.zeros((batch, n, num_labels), dtype=np.int64)
     delta = unary[:, 0]
     for i in range(1, n):
         candidates = delta[:, :, None] + pairwise[:, i - 1]
-        backpointers[:, i] = np.argmax(candidates, axis=1)
-        delta = np.max(candidates, axis=1) + unary[:, i]
-    labels[:, n - 1] = np.argmax(delta, axis=-1)
+        inside = (i < lengths)[:, None]
+        backpointers[:, i] = np.where(inside, np.argmax(candidates, axis=1), stay)
+        delta = np.where(inside, np.max(candidates, axis=1) + unary[:, i], delta)
+    last = np.argmax(delta, axis=-1)
+    labels[:, n - 1] = last
     for i in range(n - 1, 0, -1):
-        labels[:, i - 1] = backpointers[rows, i, labels[:, i]]
-    return labels
+        last = backpointers[rows, i, last]
+        labels[:, i - 1] = last
+    return np.where(np.arange(n)[None, :] < lengths[:, None], labels, -1)
 
 
 class SequenceStructure(Structure):
@@ -49,7 +55,9 @@ class SequenceStructure(Structure):
     ``(n - 1, K, K)``) has a one at every transition ``(i, y_i, y_{i+1})``. So the
     SparseMAP ``u`` are unary marginals and ``v`` transition marginals, and the
     quadratic penalty acts on ``u`` only. Start and end scores are unary scores of
-    the first and last positions (see :func:`keras_structured.engine_sequence`).
+    the first and last positions (see :func:`keras_structured.sparsemap_sequence`).
+    Optional ``lengths`` ``(batch,)`` mark the positions past them as padding:
+    their marginals are exactly zero.
 
     Example:
         >>> s = SequenceStructure()
@@ -58,18 +66,20 @@ class SequenceStructure(Structure):
         ([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 0.0]])
     """
 
-    def map(self, eta_u, eta_v):
-        return viterbi(eta_u, eta_v)
+    def map(self, eta_u, eta_v, lengths=None):
+        return viterbi(eta_u, eta_v, lengths)
 
-    def indicators(self, codes, u_shape, v_shape):
+    def indicators(self, codes, u_shape, v_shape, lengths=None):
         batch, n = codes.shape
         num_labels = u_shape[1]
-        m = np.zeros((batch, n, num_labels))
         rows = np.arange(batch)[:, None]
         positions = np.arange(n)[None, :]
-        m[rows, positions, codes] = 1.0
+        labelled = codes >= 0
+        m = np.zeros((batch, n, num_labels))
+        m[rows, positions, np.maximum(codes, 0)] = labelled
         pair = np.zeros((batch, max(n - 1, 0), num_labels, num_labels))
-        pair[rows, positions[:, :-1], codes[:, :-1], codes[:, 1:]] = 1.0
+        both = labelled[:, :-1] & labelled[:, 1:]
+        pair[rows, positions[:, :-1], np.maximum(codes[:, :-1], 0), np.maximum(codes[:, 1:], 0)] = both
         return m, pair
 
     def v_shape(self, u_shape):
@@ -83,3 +93,10 @@ class SequenceStructure(Structure):
                 f"Received: eta_u per-example shape={tuple(u_shape)}"
             )
         super().validate_shapes(u_shape, v_shape)
+
+    def validate_lengths(self, lengths, u_shape):
+        if lengths.ndim != 1 or np.any(lengths < 0) or np.any(lengths > u_shape[0]):
+            raise ValueError(
+                f"Sequence lengths must have shape (batch,) with values in [0, {u_shape[0]}]. "
+                f"Received: lengths={lengths.tolist()}"
+            )

@@ -83,6 +83,7 @@ def solve(
     eta_u,
     eta_v=None,
     *,
+    lengths=None,
     method: str = "active_set",
     tol: float = 1e-6,
     max_iter: int = 100,
@@ -95,6 +96,9 @@ def solve(
         eta_u: ``(batch, *u_shape)`` unary scores.
         eta_v: ``(batch, *v_shape)`` higher-order scores; None when the structure
             has no higher-order part.
+        lengths: optional per-example sizes of padded inputs (integers, shape
+            ``(batch,)`` or ``(batch, d)`` depending on the structure); padded parts
+            of ``u`` and ``v`` are exactly zero and get zero gradient.
         method: ``"active_set"`` (default), ``"frank_wolfe"``, ``"away_frank_wolfe"``
             or ``"pairwise_frank_wolfe"``.
         tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``.
@@ -131,10 +135,18 @@ def solve(
     structure.validate_shapes(u_shape, v_shape)
     _check_finite("eta_u", eta_u)
     _check_finite("eta_v", eta_v)
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        if lengths.shape[:1] != (batch,) or not np.issubdtype(lengths.dtype, np.integer):
+            raise ValueError(
+                f"lengths must be integers with a leading batch dimension of {batch}. "
+                f"Received: lengths.shape={lengths.shape}, dtype={lengths.dtype}"
+            )
+        structure.validate_lengths(lengths, u_shape)
     flat_u, flat_v = eta_u.reshape(batch, -1), eta_v.reshape(batch, -1)
 
-    codes = structure.map(eta_u, eta_v)
-    m, n = structure.indicators(codes, u_shape, v_shape)
+    codes = structure.map(eta_u, eta_v, lengths)
+    m, n = structure.indicators(codes, u_shape, v_shape, lengths)
     m, n = m.reshape(batch, -1), n.reshape(batch, -1)
     solver_class = METHODS[method]
     solvers = [
@@ -147,8 +159,9 @@ def solve(
             break
         current_u = np.stack([solvers[b].u for b in pending])
         scores_u = (flat_u[pending] - current_u).reshape((len(pending),) + u_shape)
-        codes = structure.map(scores_u, eta_v[pending])
-        m, n = structure.indicators(codes, u_shape, v_shape)
+        pending_lengths = None if lengths is None else lengths[pending]
+        codes = structure.map(scores_u, eta_v[pending], pending_lengths)
+        m, n = structure.indicators(codes, u_shape, v_shape, pending_lengths)
         m, n = m.reshape(len(pending), -1), n.reshape(len(pending), -1)
         for j, b in enumerate(pending):
             solvers[b].step(m[j], n[j], codes[j])

@@ -9,6 +9,11 @@ quadratic penalty of SparseMAP; ``n_s`` (the *higher-order* part, shape
   a compact integer code per example (for instance the label sequence), and
 * the indicator vectors ``(m_s, n_s)`` of a batch of codes.
 
+Both receive optional per-example ``lengths`` (integers, shape ``(batch,)`` or
+``(batch, d)``) for variable-size inputs padded to a common shape: padded parts
+of the indicator vectors must be zero, and padded parts of the codes must be a
+fixed value (so that equal structures have equal codes).
+
 The solvers never look inside a structure: they only call these two methods.
 """
 
@@ -27,12 +32,13 @@ class Structure(abc.ABC):
     """
 
     @abc.abstractmethod
-    def map(self, eta_u: np.ndarray, eta_v: np.ndarray) -> np.ndarray:
+    def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         """Return the highest-scoring structure of every example.
 
         Args:
             eta_u: unary scores, shape ``(batch, *u_shape)``.
             eta_v: higher-order scores, shape ``(batch, *v_shape)``.
+            lengths: optional per-example sizes (see the module docstring).
 
         Returns:
             Integer codes, shape ``(batch, ...)``: one code per example that
@@ -41,7 +47,11 @@ class Structure(abc.ABC):
 
     @abc.abstractmethod
     def indicators(
-        self, codes: np.ndarray, u_shape: tuple[int, ...], v_shape: tuple[int, ...]
+        self,
+        codes: np.ndarray,
+        u_shape: tuple[int, ...],
+        v_shape: tuple[int, ...],
+        lengths: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Return the indicator vectors ``(m_s, n_s)`` of a batch of codes.
 
@@ -49,6 +59,7 @@ class Structure(abc.ABC):
             codes: the output of :meth:`map`.
             u_shape: per-example shape of the unary part.
             v_shape: per-example shape of the higher-order part.
+            lengths: optional per-example sizes, as given to :meth:`map`.
 
         Returns:
             ``(m, n)`` with shapes ``(batch, *u_shape)`` and ``(batch, *v_shape)``.
@@ -72,6 +83,10 @@ class Structure(abc.ABC):
                 f"shape {expected} for unary scores of shape {tuple(u_shape)}. "
                 f"Received: eta_v per-example shape={tuple(v_shape)}"
             )
+
+    def validate_lengths(self, lengths: np.ndarray, u_shape: tuple) -> None:
+        """Raise ``ValueError`` when ``lengths`` do not fit the structure (default: no lengths)."""
+        raise ValueError(f"{type(self).__name__} does not take lengths. Received: lengths={lengths!r}")
 
     def get_config(self) -> dict:
         """Constructor arguments, for serialization."""

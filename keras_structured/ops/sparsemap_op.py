@@ -45,6 +45,7 @@ def sparsemap(
     eta_u,
     eta_v=None,
     *,
+    lengths=None,
     method: str = "active_set",
     tol: float = 1e-6,
     max_iter: int = 100,
@@ -57,6 +58,9 @@ def sparsemap(
         eta_u: ``(batch, *u_shape)`` unary scores (float16/32/64).
         eta_v: ``(batch, *v_shape)`` higher-order scores; may be None when the
             structure's higher-order part is empty.
+        lengths: optional integer per-example sizes of padded inputs, shape
+            ``(batch,)`` or ``(batch, d)`` as the structure expects; padded parts of
+            ``u`` and ``v`` are exactly zero and get zero gradient.
         method: ``"active_set"`` (default) or a Frank-Wolfe variant, see
             :func:`keras_structured.engine.solve`.
         tol: relative Wolfe-gap tolerance.
@@ -107,9 +111,14 @@ def sparsemap(
         tf.cast(eta_v, dtype), "sparsemap: eta_v (higher-order scores) contains NaN or inf"
     )
     np_dtype = dtype.as_numpy_dtype
+    inputs = [scores_u, scores_v]
+    if lengths is not None:
+        inputs.append(tf.cast(lengths, tf.int64))
 
-    def forward(values_u, values_v):
-        solution = solve(structure, values_u, values_v, method=method, tol=tol, max_iter=max_iter)
+    def forward(values_u, values_v, sizes=None):
+        solution = solve(
+            structure, values_u, values_v, lengths=sizes, method=method, tol=tol, max_iter=max_iter
+        )
         M, N, B = solution.support
         codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype)
         return (
@@ -127,7 +136,7 @@ def sparsemap(
 
     outputs = tf.numpy_function(
         forward,
-        [scores_u, scores_v],
+        inputs,
         [dtype, dtype, dtype, dtype, dtype, dtype, tf.int64, dtype, tf.int32, tf.bool],
         stateful=False,
         name="sparsemap_forward",
@@ -169,7 +178,7 @@ def sparsemap(
     return u, v, info
 
 
-def sparsemap_sequence(unary, transitions, start=None, end=None, **kwargs):
+def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, **kwargs):
     """SparseMAP over label sequences (linear-chain structure).
 
     Solves ``max_{(u, v) in M} <unary', u> + <transitions, v> - ||u||^2 / 2`` where
@@ -181,7 +190,10 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, **kwargs):
         transitions: ``(K, K)``, ``(batch, K, K)`` or ``(batch, n - 1, K, K)``
             transition scores (from-label first).
         start: optional ``(K,)`` or ``(batch, K)`` scores of the first label.
-        end: optional ``(K,)`` or ``(batch, K)`` scores of the last label.
+        end: optional ``(K,)`` or ``(batch, K)`` scores of the last label (the
+            label at position ``lengths - 1`` when lengths are given).
+        lengths: optional ``(batch,)`` integer lengths; positions past them are
+            padding with zero marginals and zero gradient.
         **kwargs: forwarded to :func:`sparsemap`.
 
     Returns:
@@ -211,7 +223,8 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, **kwargs):
     pairwise = tf.broadcast_to(transitions, pair_shape)
     pairwise.set_shape([unary.shape[0], None if unary.shape[1] is None else max(unary.shape[1] - 1, 0),
                         num_labels, num_labels])
-    for scores, position in ((start, 0), (end, shape[1] - 1)):
+    last = shape[1] - 1 if lengths is None else tf.cast(lengths, tf.int32) - 1
+    for scores, position in ((start, 0), (end, last)):
         if scores is None:
             continue
         scores = tf.cast(tf.convert_to_tensor(scores), unary.dtype)
@@ -221,5 +234,6 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, **kwargs):
                 f"Received: shape={scores.shape}"
             )
         at_position = tf.one_hot(position, shape[1], dtype=unary.dtype)
-        unary = unary + tf.reshape(scores, [-1, 1, num_labels]) * at_position[None, :, None]
-    return sparsemap(SequenceStructure(), unary, pairwise, **kwargs)
+        at_position = tf.reshape(at_position, [-1, shape[1], 1])
+        unary = unary + tf.reshape(scores, [-1, 1, num_labels]) * at_position
+    return sparsemap(SequenceStructure(), unary, pairwise, lengths=lengths, **kwargs)
