@@ -39,8 +39,10 @@ def show_sparsemap(seed: int, length: int, num_labels: int) -> None:
         first_tag_marginal = u[0, 0, 0]
     grad = tape.gradient(first_tag_marginal, unary)
     tags = TAGS[:num_labels]
-    print(f"\nSparseMAP over {num_labels}**{length} = {num_labels**length} tag sequences "
-          f"({int(info['map_calls'][0])} Viterbi calls, gap {float(info['gap'][0]):.1e}):")
+    print(
+        f"\nSparseMAP over {num_labels}**{length} = {num_labels**length} tag sequences "
+        f"({int(info['map_calls'][0])} Viterbi calls, gap {float(info['gap'][0]):.1e}):"
+    )
     weights = info["weights"].numpy()[0]
     structures = info["structures"].numpy()[0]
     for weight, sequence in sorted(zip(weights, structures, strict=True), key=lambda p: -p[0]):

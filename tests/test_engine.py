@@ -168,7 +168,7 @@ def test_max_iter_returns_flagged_feasible_point_and_warns():
 
 
 @pytest.mark.parametrize("name", ["eta_u", "eta_v"])
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])  # -inf marks forbidden parts
 def test_non_finite_scores_raise(name, bad):
     unary, pairwise = np.zeros((2, 3, 2)), np.zeros((2, 2, 2, 2))
     (unary if name == "eta_u" else pairwise)[1, 0, 0] = bad
@@ -269,3 +269,30 @@ def test_bad_lengths_raise():
         solve(SequenceStructure(), np.zeros((2, 3, 2)), np.zeros((2, 2, 2, 2)), lengths=np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match="does not take lengths"):
         solve(SimplexStructure(), np.zeros((2, 3)), lengths=np.array([1, 2]))
+
+
+def test_forbidden_parts_never_appear():
+    rng = np.random.default_rng(14)
+    unary, pairwise = random_sequence(rng, 5, 3, 0.2, batch=6)
+    unary[:, 1, 0] = -np.inf
+    pairwise[:, :, 2, 1] = -np.inf
+    solution = solve(SequenceStructure(), unary, pairwise, tol=1e-12)
+    assert solution.converged.all()
+    assert np.all(solution.u[:, 1, 0] == 0) and np.all(solution.v[:, :, 2, 1] == 0)
+    for codes in solution.structures:
+        assert np.all(codes[:, 1] != 0)
+        assert not np.any((codes[:, :-1] == 2) & (codes[:, 1:] == 1))
+    # Same answer as the QP over the allowed structures only.
+    _, M, N = sequence_vertices(5, 3)
+    allowed = (M @ np.isneginf(unary[0]).ravel() == 0) & (N @ np.isneginf(pairwise[0]).ravel() == 0)
+    scores_u = np.where(np.isneginf(unary[0]), 0.0, unary[0]).ravel()
+    scores_v = np.where(np.isneginf(pairwise[0]), 0.0, pairwise[0]).ravel()
+    u_ref, _ = solve_qp(M[allowed], N[allowed], scores_u, scores_v)
+    np.testing.assert_allclose(solution.u[0].ravel(), u_ref, atol=1e-6)
+
+
+def test_all_structures_forbidden_raises():
+    unary = np.zeros((1, 3, 2))
+    unary[0, 1, :] = -np.inf
+    with pytest.raises(ValueError, match="forbidden"):
+        solve(SequenceStructure(), unary, np.zeros((1, 2, 2, 2)))

@@ -171,3 +171,20 @@ def test_lengths_give_unpadded_results_and_zero_gradient():
         single, _ = ks.sparsemap_sequence(unary[b : b + 1, :length], transitions, end=end, tol=1e-12)
         np.testing.assert_allclose(u.numpy()[b, :length], single.numpy()[0], atol=1e-9)
         assert np.all(u.numpy()[b, length:] == 0) and np.all(grad[b, length:] == 0)
+
+
+def test_forbidden_transitions_through_the_op():
+    rng = np.random.default_rng(10)
+    unary = tf.constant(rng.normal(size=(2, 4, 3)) * 0.3)
+    transitions = rng.normal(size=(3, 3)) * 0.3
+    transitions[0, 1] = -np.inf
+    transitions = tf.constant(transitions)
+    with tf.GradientTape() as tape:
+        tape.watch([unary, transitions])
+        u, v = ks.sparsemap_sequence(unary, transitions)
+        total = tf.reduce_sum(u * tf.constant(rng.normal(size=(2, 4, 3))))
+    grads = tape.gradient(total, [unary, transitions])
+    assert np.all(v.numpy()[:, :, 0, 1] == 0)
+    assert all(np.isfinite(g.numpy()).all() for g in grads)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="eta_v"):
+        ks.sparsemap_sequence(unary, tf.fill([3, 3], np.inf))

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from keras_structured.engine.active_set import ActiveSetSolver
+from keras_structured.engine.forbidden import check_allowed, finite_mass, replace_forbidden
 from keras_structured.engine.frank_wolfe import FrankWolfeSolver
 from keras_structured.engine.jacobian import jacobian_product, pad_supports
 from keras_structured.engine.structure import Structure
@@ -73,11 +74,6 @@ class SparseMAPSolution:
         return j_u.reshape(self.u.shape), j_v.reshape(self.v.shape)
 
 
-def _check_finite(name: str, value: np.ndarray) -> None:
-    if not np.all(np.isfinite(value)):
-        raise ValueError(f"SparseMAP scores must be finite. Received: {name} with NaN or inf values")
-
-
 def solve(
     structure: Structure,
     eta_u,
@@ -93,9 +89,10 @@ def solve(
 
     Args:
         structure: the :class:`Structure` (MAP oracle + indicator vectors).
-        eta_u: ``(batch, *u_shape)`` unary scores.
-        eta_v: ``(batch, *v_shape)`` higher-order scores; None when the structure
-            has no higher-order part.
+        eta_u: ``(batch, *u_shape)`` unary scores. ``-inf`` forbids a part: no
+            structure in the solution contains it (an error if none avoids it).
+        eta_v: ``(batch, *v_shape)`` higher-order scores (``-inf`` allowed as for
+            ``eta_u``); None when the structure has no higher-order part.
         lengths: optional per-example sizes of padded inputs (integers, shape
             ``(batch,)`` or ``(batch, d)`` depending on the structure); padded parts
             of ``u`` and ``v`` are exactly zero and get zero gradient.
@@ -133,8 +130,6 @@ def solve(
         )
     v_shape = eta_v.shape[1:]
     structure.validate_shapes(u_shape, v_shape)
-    _check_finite("eta_u", eta_u)
-    _check_finite("eta_v", eta_v)
     if lengths is not None:
         lengths = np.asarray(lengths)
         if lengths.shape[:1] != (batch,) or not np.issubdtype(lengths.dtype, np.integer):
@@ -144,14 +139,17 @@ def solve(
             )
         structure.validate_lengths(lengths, u_shape)
     flat_u, flat_v = eta_u.reshape(batch, -1), eta_v.reshape(batch, -1)
+    mass = finite_mass(flat_u, flat_v)
+    flat_u, forbidden_u = replace_forbidden("eta_u", flat_u, mass)
+    flat_v, forbidden_v = replace_forbidden("eta_v", flat_v, mass)
+    eta_u, eta_v = flat_u.reshape(eta_u.shape), flat_v.reshape(eta_v.shape)
 
     codes = structure.map(eta_u, eta_v, lengths)
     m, n = structure.indicators(codes, u_shape, v_shape, lengths)
     m, n = m.reshape(batch, -1), n.reshape(batch, -1)
     solver_class = METHODS[method]
     solvers = [
-        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history)
-        for b in range(batch)
+        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history) for b in range(batch)
     ]
     for _ in range(max_iter):
         pending = [b for b in range(batch) if not solvers[b].done]
@@ -165,6 +163,8 @@ def solve(
         m, n = m.reshape(len(pending), -1), n.reshape(len(pending), -1)
         for j, b in enumerate(pending):
             solvers[b].step(m[j], n[j], codes[j])
+    if forbidden_u.any() or forbidden_v.any():
+        check_allowed(solvers, forbidden_u, forbidden_v)
     return _collect(solvers, u_shape, v_shape, method, tol, max_iter)
 
 

@@ -119,8 +119,9 @@ class SparsemaxLoss(keras.losses.Loss):
         if self._labels_are_sparse(y_true, logits):
             if y_true.shape.rank == logits.shape.rank:
                 y_true = tf.squeeze(y_true, axis=self.axis)
-            y_true = tf.one_hot(tf.cast(y_true, tf.int32), tf.shape(logits)[self.axis],
-                                axis=self.axis, dtype=logits.dtype)
+            y_true = tf.one_hot(
+                tf.cast(y_true, tf.int32), tf.shape(logits)[self.axis], axis=self.axis, dtype=logits.dtype
+            )
         return sparsemax_loss(y_true, logits, axis=self.axis)
 
     def _labels_are_sparse(self, y_true, logits) -> bool:

@@ -32,6 +32,14 @@ def _pad_codes(structures, weights, np_dtype):
     return codes, padded
 
 
+def _checked(scores: tf.Tensor, name: str) -> tf.Tensor:
+    """``scores`` after a run-time check for NaN and +inf (-inf marks forbidden parts)."""
+    bad = tf.reduce_any(tf.math.is_nan(scores) | (tf.math.is_inf(scores) & (scores > 0)))
+    check = tf.debugging.Assert(tf.logical_not(bad), [f"sparsemap: {name} contains NaN or +inf"])
+    with tf.control_dependencies([check]):
+        return tf.identity(scores)
+
+
 def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
     if scores.shape.rank is None or scores.shape.rank < min_rank:
         raise ValueError(
@@ -55,7 +63,8 @@ def sparsemap(
 
     Args:
         structure: a :class:`keras_structured.engine.Structure`.
-        eta_u: ``(batch, *u_shape)`` unary scores (float16/32/64).
+        eta_u: ``(batch, *u_shape)`` unary scores (float16/32/64); ``-inf``
+            forbids a part (it never appears in the solution).
         eta_v: ``(batch, *v_shape)`` higher-order scores; may be None when the
             structure's higher-order part is empty.
         lengths: optional integer per-example sizes of padded inputs, shape
@@ -75,7 +84,8 @@ def sparsemap(
 
     Raises:
         ValueError: at trace time, for shapes that do not fit the structure.
-        tf.errors.InvalidArgumentError: at run time, for NaN or inf scores.
+        tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
+            ``-inf`` scores (forbidden parts) rule out every structure.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -104,12 +114,8 @@ def sparsemap(
             "eta_u and eta_v must have the same batch size. "
             f"Received: eta_u.shape={eta_u.shape}, eta_v.shape={eta_v.shape}"
         )
-    scores_u = tf.debugging.assert_all_finite(
-        tf.cast(eta_u, dtype), "sparsemap: eta_u (unary scores) contains NaN or inf"
-    )
-    scores_v = tf.debugging.assert_all_finite(
-        tf.cast(eta_v, dtype), "sparsemap: eta_v (higher-order scores) contains NaN or inf"
-    )
+    scores_u = _checked(tf.cast(eta_u, dtype), "eta_u (unary scores)")
+    scores_v = _checked(tf.cast(eta_v, dtype), "eta_v (higher-order scores)")
     np_dtype = dtype.as_numpy_dtype
     inputs = [scores_u, scores_v]
     if lengths is not None:
@@ -221,8 +227,14 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
     shape = tf.shape(unary)
     pair_shape = tf.stack([shape[0], tf.maximum(shape[1] - 1, 0), shape[2], shape[2]])
     pairwise = tf.broadcast_to(transitions, pair_shape)
-    pairwise.set_shape([unary.shape[0], None if unary.shape[1] is None else max(unary.shape[1] - 1, 0),
-                        num_labels, num_labels])
+    pairwise.set_shape(
+        [
+            unary.shape[0],
+            None if unary.shape[1] is None else max(unary.shape[1] - 1, 0),
+            num_labels,
+            num_labels,
+        ]
+    )
     last = shape[1] - 1 if lengths is None else tf.cast(lengths, tf.int32) - 1
     for scores, position in ((start, 0), (end, last)):
         if scores is None:

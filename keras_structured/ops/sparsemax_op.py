@@ -31,7 +31,7 @@ def _sparsemax_last_axis(logits: tf.Tensor, mask: tf.Tensor):
     ranks = tf.range(1, tf.shape(logits)[-1] + 1, dtype=logits.dtype)
     in_support = 1.0 + ranks * ordered > cumulative
     size = tf.reduce_sum(tf.cast(in_support, tf.int32), axis=-1, keepdims=True)
-    tau = (tf.gather(cumulative, size - 1, batch_dims=len(logits.shape) - 1) - 1.0)
+    tau = tf.gather(cumulative, size - 1, batch_dims=len(logits.shape) - 1) - 1.0
     tau = tau / tf.cast(size, logits.dtype)
     probs = tf.where(mask, tf.maximum(shifted - tau, 0.0), tf.zeros_like(logits))
 

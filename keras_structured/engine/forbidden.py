@@ -1,0 +1,51 @@
+"""``-inf`` scores mark forbidden parts of a structure (an arc, a transition, a pair).
+
+They are replaced by a finite penalty so large that the MAP oracle picks a
+structure containing a forbidden part only when no allowed structure exists; the
+solution is then checked to contain none. NaN and ``+inf`` are errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def replace_forbidden(
+    name: str, scores: np.ndarray, finite_mass: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``(batch, d)`` scores and swap ``-inf`` for a per-example penalty.
+
+    Args:
+        name: the argument's name, for error messages.
+        scores: ``(batch, d)`` scores.
+        finite_mass: ``(batch,)`` bound on ``|score|`` of any allowed structure.
+
+    Returns:
+        ``(scores, forbidden)``: finite scores and the boolean mask of ``-inf``.
+    """
+    if np.isnan(scores).any() or np.isposinf(scores).any():
+        raise ValueError(
+            f"SparseMAP scores must not be NaN or +inf. Received: {name} with NaN or +inf values"
+        )
+    forbidden = np.isneginf(scores)
+    if forbidden.any():
+        penalty = -(4.0 * finite_mass + 1.0)
+        scores = np.where(forbidden, penalty[:, None], scores)
+    return scores, forbidden
+
+
+def finite_mass(*flat_scores: np.ndarray) -> np.ndarray:
+    """Per-example bound on the score magnitude of any structure avoiding ``-inf`` parts."""
+    return sum(np.where(np.isfinite(s), np.abs(s), 0.0).sum(axis=1) + s.shape[1] for s in flat_scores)
+
+
+def check_allowed(solvers, forbidden_u: np.ndarray, forbidden_v: np.ndarray) -> None:
+    """Raise ``ValueError`` if a solution puts weight on a forbidden part."""
+    for b, s in enumerate(solvers):
+        used = (s.y > 0)[:, None]
+        if (used * s.M[:, forbidden_u[b]]).any() or (used * s.N[:, forbidden_v[b]]).any():
+            raise ValueError(
+                "Every structure of example "
+                f"{b} contains a forbidden (-inf) part, so SparseMAP has no feasible point. "
+                "Received: scores whose -inf entries rule out all structures"
+            )
