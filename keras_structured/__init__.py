@@ -1,6 +1,6 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
-from keras_structured import engine
+from keras_structured import engine, ops
 from keras_structured.layers import Sparsemax
 from keras_structured.losses import SparsemaxLoss, sparsemax_loss
 from keras_structured.ops import sparsemap, sparsemap_sequence, sparsemax
@@ -11,6 +11,7 @@ __all__ = [
     "Sparsemax",
     "SparsemaxLoss",
     "engine",
+    "ops",
     "sparsemap",
     "sparsemap_sequence",
     "sparsemax",

@@ -188,3 +188,22 @@ def test_forbidden_transitions_through_the_op():
     assert all(np.isfinite(g.numpy()).all() for g in grads)
     with pytest.raises(tf.errors.InvalidArgumentError, match="eta_v"):
         ks.sparsemap_sequence(unary, tf.fill([3, 3], np.inf))
+
+
+def test_sequence_score_packing_round_trip():
+    unary = tf.random.normal([2, 4, 3])
+    for transitions in (
+        tf.random.normal([3, 3]),
+        tf.random.normal([2, 3, 3]),
+        tf.random.normal([2, 3, 3, 3]),
+    ):
+        packed = ks.ops.pack_sequence_scores(unary, transitions)
+        got_unary, pairwise = ks.ops.unpack_sequence_scores(packed)
+        np.testing.assert_array_equal(got_unary.numpy(), unary.numpy())
+        expected = tf.broadcast_to(
+            transitions if transitions.shape.rank == 4 else tf.reshape(transitions, [-1, 1, 3, 3]),
+            [2, 3, 3, 3],
+        )
+        np.testing.assert_array_equal(pairwise.numpy(), expected.numpy())
+    with pytest.raises(ValueError, match="Received: shape"):
+        ks.ops.unpack_sequence_scores(tf.zeros([2, 4, 3, 3]))

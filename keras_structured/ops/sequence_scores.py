@@ -1,0 +1,54 @@
+"""Packing of linear-chain scores into one tensor, for losses and model outputs.
+
+A Keras loss sees one ``y_pred`` tensor, so sequence scores travel packed as
+``(batch, n, K, K + 1)``: ``[..., 0]`` holds the unary scores ``(batch, n, K)``
+and ``[:, i, :, 1:]`` the transition scores from position ``i`` to ``i + 1``
+(from-label first); the last position's transition block is ignored.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def pack_sequence_scores(unary, transitions) -> tf.Tensor:
+    """Pack ``unary`` ``(batch, n, K)`` and transitions into ``(batch, n, K, K + 1)``.
+
+    Args:
+        unary: ``(batch, n, K)`` label scores.
+        transitions: ``(K, K)``, ``(batch, K, K)`` or ``(batch, n - 1, K, K)``.
+
+    Returns:
+        The packed scores.
+
+    Example:
+        >>> pack_sequence_scores(tf.zeros([2, 5, 3]), tf.ones([3, 3])).shape
+        TensorShape([2, 5, 3, 4])
+    """
+    unary = tf.convert_to_tensor(unary)
+    transitions = tf.cast(tf.convert_to_tensor(transitions), unary.dtype)
+    if unary.shape.rank != 3:
+        raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={unary.shape}")
+    if transitions.shape.rank == 3:
+        transitions = transitions[:, None]
+    shape = tf.shape(unary)
+    pairwise = tf.broadcast_to(transitions, [shape[0], shape[1], shape[2], shape[2]])
+    if transitions.shape.rank == 4 and transitions.shape[1] != 1:
+        pairwise = tf.pad(transitions, [[0, 0], [0, 1], [0, 0], [0, 0]])
+    return tf.concat([unary[..., None], pairwise], axis=-1)
+
+
+def unpack_sequence_scores(packed) -> tuple[tf.Tensor, tf.Tensor]:
+    """Inverse of :func:`pack_sequence_scores`: ``(unary, pairwise (batch, n - 1, K, K))``.
+
+    Example:
+        >>> unary, pairwise = unpack_sequence_scores(tf.zeros([2, 5, 3, 4]))
+        >>> unary.shape, pairwise.shape
+        (TensorShape([2, 5, 3]), TensorShape([2, 4, 3, 3]))
+    """
+    packed = tf.convert_to_tensor(packed)
+    if packed.shape.rank != 4 or (packed.shape[-1] is not None and packed.shape[-1] != packed.shape[-2] + 1):
+        raise ValueError(
+            f"Packed sequence scores must have shape (batch, n, K, K + 1). Received: shape={packed.shape}"
+        )
+    return packed[..., 0], packed[:, :-1, :, 1:]
