@@ -31,10 +31,10 @@ def pack_sequence_scores(unary, transitions) -> tf.Tensor:
         raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={unary.shape}")
     if transitions.shape.rank == 3:
         transitions = transitions[:, None]
+    if transitions.shape.rank == 4 and transitions.shape[1] != 1:
+        transitions = tf.pad(transitions, [[0, 0], [0, 1], [0, 0], [0, 0]])
     shape = tf.shape(unary)
     pairwise = tf.broadcast_to(transitions, [shape[0], shape[1], shape[2], shape[2]])
-    if transitions.shape.rank == 4 and transitions.shape[1] != 1:
-        pairwise = tf.pad(transitions, [[0, 0], [0, 1], [0, 0], [0, 0]])
     return tf.concat([unary[..., None], pairwise], axis=-1)
 
 
