@@ -1,13 +1,15 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
 from keras_structured import engine, ops
-from keras_structured.layers import Sparsemax
+from keras_structured.layers import SparseMAP, SparseMAPSequence, Sparsemax
 from keras_structured.losses import SparsemaxLoss, sparsemax_loss
 from keras_structured.ops import sparsemap, sparsemap_sequence, sparsemax
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SparseMAP",
+    "SparseMAPSequence",
     "Sparsemax",
     "SparsemaxLoss",
     "engine",

@@ -8,7 +8,7 @@ from keras_structured.engine.solve import (
     SparseMAPSolution,
     solve,
 )
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, structure_from_config, structure_to_config
 
 __all__ = [
     "METHODS",
@@ -18,5 +18,7 @@ __all__ = [
     "SparseMAPSolution",
     "Structure",
     "solve",
+    "structure_from_config",
+    "structure_to_config",
     "viterbi",
 ]

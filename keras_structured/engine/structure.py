@@ -23,13 +23,21 @@ import abc
 
 import numpy as np
 
+_REGISTRY: dict[str, type] = {}
+
 
 class Structure(abc.ABC):
     """Base class of the structures that SparseMAP can solve over.
 
     Subclasses implement :meth:`map` and :meth:`indicators` on batches and may
-    override :meth:`validate_shapes` and :meth:`v_shape`.
+    override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`v_shape`
+    and :meth:`get_config` (constructor arguments, for serialization). Every
+    subclass is registered by class name for :func:`structure_from_config`.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _REGISTRY[cls.__name__] = cls
 
     @abc.abstractmethod
     def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
@@ -91,3 +99,24 @@ class Structure(abc.ABC):
     def get_config(self) -> dict:
         """Constructor arguments, for serialization."""
         return {}
+
+
+def structure_to_config(structure: Structure) -> dict:
+    """Serializable description of a structure: its class name and constructor arguments."""
+    return {"class_name": type(structure).__name__, "config": structure.get_config()}
+
+
+def structure_from_config(config: dict) -> Structure:
+    """Rebuild a structure from :func:`structure_to_config` output.
+
+    Example:
+        >>> from keras_structured.engine import SequenceStructure
+        >>> type(structure_from_config(structure_to_config(SequenceStructure()))).__name__
+        'SequenceStructure'
+    """
+    name = config.get("class_name")
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"Unknown structure class; define or import it before loading. Received: class_name={name!r}"
+        )
+    return _REGISTRY[name](**config.get("config", {}))

@@ -1,0 +1,193 @@
+"""Keras layers for SparseMAP over structures.
+
+Each layer solves, for every example,
+
+    (u, v) = argmax_{(u, v) in M}  <eta_u, u> + <eta_v, v> - ||u||^2 / 2
+
+over the marginal polytope ``M`` of its structure and returns the unary
+marginals ``u`` (a sparse combination of a few structures), differentiable with
+the closed-form SparseMAP Jacobian. The MAP oracles run in Python, so the
+layers set ``supports_jit = False``.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_structured.engine import SequenceStructure, Structure, structure_from_config, structure_to_config
+from keras_structured.engine.solve import METHODS
+from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
+
+
+def _lengths_from_mask(mask, offset: int = 0):
+    """Lengths of right-padded inputs from a ``(batch, n)`` Keras mask."""
+    if mask is None:
+        return None
+    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1) - offset
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAP(keras.layers.Layer):
+    """SparseMAP over any structure: returns the unary marginals ``u``.
+
+    Args:
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        method: ``"active_set"`` (default) or a Frank-Wolfe variant.
+        tol: relative Wolfe-gap tolerance of the solver.
+        max_iter: maximum MAP calls per example.
+        return_structures: also return the active set: the layer then returns a
+            dict with ``u``, ``v``, ``weights`` ``(batch, k)`` and ``structures``
+            (codes, padded with -1).
+
+    Call arguments:
+        inputs: ``eta_u`` ``(batch, *u_shape)``, or a list ``[eta_u, eta_v]``.
+        lengths: optional integer sizes of padded inputs (see the structure).
+        mask: optional Keras mask; structures that know how turn it into lengths.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> SparseMAP(SimplexStructure())(np.array([[1.0, 0.5, -1.0]])).numpy()
+        array([[0.75, 0.25, 0.  ]], dtype=float32)
+    """
+
+    supports_jit = False
+    supports_masking = True
+
+    def __init__(
+        self,
+        structure: Structure | dict,
+        method: str = "active_set",
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        return_structures: bool = False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(structure, dict):
+            structure = structure_from_config(structure)
+        if not isinstance(structure, Structure):
+            raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+        if not tol >= 0 or int(max_iter) < 1:
+            raise ValueError(f"Need tol >= 0 and max_iter >= 1. Received: tol={tol}, max_iter={max_iter}")
+        self.structure = structure
+        self.method, self.tol, self.max_iter = method, float(tol), int(max_iter)
+        self.return_structures = bool(return_structures)
+
+    def _solver_options(self) -> dict:
+        return dict(
+            method=self.method, tol=self.tol, max_iter=self.max_iter, return_info=self.return_structures
+        )
+
+    def _lengths(self, mask):
+        return None
+
+    def _split(self, inputs):
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != 2:
+                raise ValueError(f"Expected eta_u or [eta_u, eta_v]. Received: {len(inputs)} inputs")
+            return inputs[0], inputs[1]
+        return inputs, None
+
+    def call(self, inputs, lengths=None, mask=None):
+        eta_u, eta_v = self._split(inputs)
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        if lengths is None:
+            lengths = self._lengths(mask)
+        return self._package(
+            sparsemap(self.structure, eta_u, eta_v, lengths=lengths, **self._solver_options())
+        )
+
+    def _package(self, result):
+        if not self.return_structures:
+            return result[0]
+        u, v, info = result
+        return {"u": u, "v": v, "weights": info["weights"], "structures": info["structures"]}
+
+    def compute_output_shape(self, input_shape):
+        shape_u = input_shape[0] if isinstance(input_shape, list) else input_shape
+        if not self.return_structures:
+            return tuple(shape_u)
+        return {"u": tuple(shape_u), "v": None, "weights": (shape_u[0], None), "structures": None}
+
+    def compute_mask(self, inputs, mask=None):
+        return mask[0] if isinstance(mask, (list, tuple)) else mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            structure=structure_to_config(self.structure),
+            method=self.method,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            return_structures=self.return_structures,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAPSequence(SparseMAP):
+    """SparseMAP over label sequences with learned transition (and boundary) scores.
+
+    Solves ``max_{(u, v) in M} <unary, u> + <T, v> - ||u||^2 / 2`` over the
+    linear-chain marginal polytope, with a trainable ``(K, K)`` transition matrix
+    ``T`` and, with ``use_boundary=True``, trainable start/end scores.
+
+    Args:
+        use_boundary: learn start and end label scores.
+        transitions_initializer: initializer of ``T``.
+        Other arguments: see :class:`SparseMAP`.
+
+    Call arguments:
+        inputs: ``(batch, n, K)`` unary scores.
+        mask: ``(batch, n)`` Keras mask of right-padded sequences; padded
+            positions get exactly zero marginals and gradients.
+        lengths: ``(batch,)`` lengths, instead of a mask.
+
+    Example:
+        >>> layer = SparseMAPSequence()
+        >>> layer(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 5, 3])
+    """
+
+    def __init__(self, use_boundary: bool = False, transitions_initializer="zeros", **kwargs):
+        kwargs.pop("structure", None)
+        super().__init__(SequenceStructure(), **kwargs)
+        self.use_boundary = bool(use_boundary)
+        self.transitions_initializer = keras.initializers.get(transitions_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                f"SparseMAPSequence expects inputs of shape (batch, n, K) with known K. "
+                f"Received: input_shape={input_shape}"
+            )
+        num_labels = input_shape[-1]
+        self.transitions = self.add_weight(
+            name="transitions", shape=(num_labels, num_labels), initializer=self.transitions_initializer
+        )
+        if self.use_boundary:
+            self.start = self.add_weight(name="start", shape=(num_labels,), initializer="zeros")
+            self.end = self.add_weight(name="end", shape=(num_labels,), initializer="zeros")
+        self.built = True
+
+    def call(self, inputs, lengths=None, mask=None):
+        if lengths is None:
+            lengths = _lengths_from_mask(mask)
+        boundary = {"start": self.start, "end": self.end} if self.use_boundary else {}
+        result = sparsemap_sequence(
+            inputs, self.transitions, lengths=lengths, **boundary, **self._solver_options()
+        )
+        return self._package(result)
+
+    def get_config(self):
+        config = super().get_config()
+        del config["structure"]
+        config.update(
+            use_boundary=self.use_boundary,
+            transitions_initializer=keras.initializers.serialize(self.transitions_initializer),
+        )
+        return config
