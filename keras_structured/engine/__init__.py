@@ -1,5 +1,8 @@
 """Framework-free SparseMAP engine (numpy): structures, solvers, Jacobians (Niculae et al., 2018)."""
 
+from keras_structured.engine.budget import BudgetStructure
+from keras_structured.engine.custom import CustomStructure
+from keras_structured.engine.matching import MatchingStructure
 from keras_structured.engine.sequence import SequenceStructure, viterbi
 from keras_structured.engine.simplex import SimplexStructure
 from keras_structured.engine.solve import (
@@ -11,6 +14,9 @@ from keras_structured.engine.solve import (
 from keras_structured.engine.structure import Structure, structure_from_config, structure_to_config
 
 __all__ = [
+    "BudgetStructure",
+    "CustomStructure",
+    "MatchingStructure",
     "METHODS",
     "SequenceStructure",
     "SimplexStructure",

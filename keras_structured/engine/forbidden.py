@@ -39,11 +39,13 @@ def finite_mass(*flat_scores: np.ndarray) -> np.ndarray:
     return sum(np.where(np.isfinite(s), np.abs(s), 0.0).sum(axis=1) + s.shape[1] for s in flat_scores)
 
 
-def check_allowed(solvers, forbidden_u: np.ndarray, forbidden_v: np.ndarray) -> None:
-    """Raise ``ValueError`` if a solution puts weight on a forbidden part."""
-    for b, s in enumerate(solvers):
-        used = (s.y > 0)[:, None]
-        if (used * s.M[:, forbidden_u[b]]).any() or (used * s.N[:, forbidden_v[b]]).any():
+def check_allowed(examples, forbidden_u: np.ndarray, forbidden_v: np.ndarray) -> None:
+    """Raise ``ValueError`` if a solution (:class:`ExampleSolution`) puts weight on a forbidden part."""
+    for b, e in enumerate(examples):
+        used = (e.weights > 0)[:, None]
+        touches_u = forbidden_u[b][e.m_indices] & (e.m_values != 0) & used
+        touches_v = forbidden_v[b][e.n_indices] & (e.n_values != 0) & used
+        if touches_u.any() or touches_v.any():
             raise ValueError(
                 "Every structure of example "
                 f"{b} contains a forbidden (-inf) part, so SparseMAP has no feasible point. "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
+from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.structure import Structure
 
 
@@ -48,6 +50,40 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None 
     return np.where(np.arange(n)[None, :] < lengths[:, None], labels, -1)
 
 
+@nb.njit(cache=True)
+def _viterbi_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
+    """Compiled Viterbi on one example's flat scores, writing indicators and labels in place."""
+    n, num_labels = params[0], params[1]
+    size = n if length[0] < 0 else length[0]
+    m_out[:] = 0.0
+    n_out[:] = 0.0
+    code_out[:] = -1
+    if size == 0:
+        return
+    delta = scores_u[:num_labels].copy()
+    backpointers = np.zeros((size, num_labels), np.int64)
+    for i in range(1, size):
+        updated = np.empty(num_labels)
+        for b in range(num_labels):
+            best, arg = -np.inf, 0
+            for a in range(num_labels):
+                value = delta[a] + scores_v[((i - 1) * num_labels + a) * num_labels + b]
+                if value > best:
+                    best, arg = value, a
+            updated[b] = best + scores_u[i * num_labels + b]
+            backpointers[i, b] = arg
+        delta = updated
+    label = np.argmax(delta)
+    code_out[size - 1] = label
+    m_out[(size - 1) * num_labels + label] = 1.0
+    for i in range(size - 1, 0, -1):
+        previous = backpointers[i, label]
+        code_out[i - 1] = previous
+        m_out[(i - 1) * num_labels + previous] = 1.0
+        n_out[((i - 1) * num_labels + previous) * num_labels + label] = 1.0
+        label = previous
+
+
 class SequenceStructure(Structure):
     """Label sequences of length ``n`` over ``K`` labels.
 
@@ -81,6 +117,9 @@ class SequenceStructure(Structure):
         both = labelled[:, :-1] & labelled[:, 1:]
         pair[rows, positions[:, :-1], np.maximum(codes[:, :-1], 0), np.maximum(codes[:, 1:], 0)] = both
         return m, pair
+
+    def compiled_oracle(self, u_shape, v_shape):
+        return CompiledOracle(_viterbi_oracle, np.array(u_shape, dtype=np.int64), (u_shape[0],))
 
     def v_shape(self, u_shape):
         n, num_labels = u_shape

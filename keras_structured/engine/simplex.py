@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
+from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.structure import Structure
+
+
+@nb.njit(cache=True)
+def _argmax_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
+    """Compiled simplex MAP: the vertex of the largest score."""
+    m_out[:] = 0.0
+    code_out[0] = np.argmax(scores_u)
+    m_out[code_out[0]] = 1.0
 
 
 class SimplexStructure(Structure):
@@ -26,6 +36,9 @@ class SimplexStructure(Structure):
         m = np.zeros((codes.shape[0],) + tuple(u_shape))
         m[np.arange(codes.shape[0]), codes] = 1.0
         return m, np.zeros((codes.shape[0],) + tuple(v_shape))
+
+    def compiled_oracle(self, u_shape, v_shape):
+        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), ())
 
     def validate_shapes(self, u_shape, v_shape):
         if len(u_shape) != 1:

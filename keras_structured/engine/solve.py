@@ -17,10 +17,12 @@ import warnings
 import numpy as np
 
 from keras_structured.engine.active_set import ActiveSetSolver
+from keras_structured.engine.compiled_active_set import CONVERGED, solve_compiled
 from keras_structured.engine.forbidden import check_allowed, finite_mass, replace_forbidden
 from keras_structured.engine.frank_wolfe import FrankWolfeSolver
-from keras_structured.engine.jacobian import jacobian_product, pad_supports
+from keras_structured.engine.jacobian import Support, jacobian_product, pad_supports
 from keras_structured.engine.structure import Structure
+from keras_structured.engine.support import ExampleSolution
 
 METHODS = {
     "active_set": ActiveSetSolver,
@@ -47,7 +49,7 @@ class SparseMAPSolution:
         gap: ``(batch,)`` final Wolfe (duality) gaps, an upper bound on suboptimality.
         map_calls: ``(batch,)`` MAP-oracle calls, the warm start included.
         converged: ``(batch,)`` whether the gap reached the tolerance.
-        support: padded ``(M, N, B)`` factors of the Jacobian (see :mod:`.jacobian`).
+        support: the batched active sets, factors of the Jacobian (see :mod:`.jacobian`).
         history: per example ``(map_calls, 2)`` arrays of (objective, gap), if recorded.
     """
 
@@ -59,7 +61,7 @@ class SparseMAPSolution:
     gap: np.ndarray
     map_calls: np.ndarray
     converged: np.ndarray
-    support: tuple
+    support: Support
     history: list | None = None
 
     def jacobian_product(self, x_u: np.ndarray, x_v: np.ndarray | None = None):
@@ -70,7 +72,7 @@ class SparseMAPSolution:
         """
         batch = self.u.shape[0]
         x_v = np.zeros_like(self.v) if x_v is None else x_v
-        j_u, j_v = jacobian_product(*self.support, x_u.reshape(batch, -1), x_v.reshape(batch, -1))
+        j_u, j_v = jacobian_product(self.support, x_u.reshape(batch, -1), x_v.reshape(batch, -1))
         return j_u.reshape(self.u.shape), j_v.reshape(self.v.shape)
 
 
@@ -84,6 +86,7 @@ def solve(
     tol: float = 1e-6,
     max_iter: int = 100,
     record_history: bool = False,
+    compiled: bool = True,
 ) -> SparseMAPSolution:
     """Solve a batch of SparseMAP problems over ``structure``.
 
@@ -100,7 +103,10 @@ def solve(
             or ``"pairwise_frank_wolfe"``.
         tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``.
         max_iter: maximum number of MAP calls after the warm start.
-        record_history: keep (objective, gap) at every MAP call.
+        record_history: keep (objective, gap) at every MAP call (Python solvers only).
+        compiled: use the compiled active-set kernel when the structure has a
+            compiled oracle (``method="active_set"``, no history); False forces the
+            Python reference implementation.
 
     Returns:
         A :class:`SparseMAPSolution`. Problems that hit ``max_iter`` keep their last
@@ -144,12 +150,38 @@ def solve(
     flat_v, forbidden_v = replace_forbidden("eta_v", flat_v, mass)
     eta_u, eta_v = flat_u.reshape(eta_u.shape), flat_v.reshape(eta_v.shape)
 
-    codes = structure.map(eta_u, eta_v, lengths)
+    oracle = None
+    if compiled and method == "active_set" and not record_history:
+        oracle = structure.compiled_oracle(u_shape, v_shape)
+    if oracle is not None:
+        examples = [
+            ExampleSolution(*result[:-1], result[-1] == CONVERGED)
+            for result in solve_compiled(oracle, flat_u, flat_v, lengths, tol, max_iter)
+        ]
+        history = None
+    else:
+        shapes = (u_shape, v_shape)
+        solvers = _solve_in_python(
+            structure, METHODS[method], flat_u, flat_v, lengths, shapes, tol, max_iter, record_history
+        )
+        examples = [s.result() for s in solvers]
+        history = [np.array(s.history).reshape(-1, 2) for s in solvers] if record_history else None
+    if forbidden_u.any() or forbidden_v.any():
+        check_allowed(examples, forbidden_u, forbidden_v)
+    return _collect(examples, flat_u, flat_v, u_shape, v_shape, method, tol, max_iter, history)
+
+
+def _solve_in_python(structure, solver_class, flat_u, flat_v, lengths, shapes, tol, max_iter, record_history):
+    """Run per-example Python solvers in lockstep: one batched MAP call per round."""
+    u_shape, v_shape = shapes
+    batch = flat_u.shape[0]
+    eta_v = flat_v.reshape((batch,) + tuple(v_shape))
+    codes = structure.map(flat_u.reshape((batch,) + tuple(u_shape)), eta_v, lengths)
     m, n = structure.indicators(codes, u_shape, v_shape, lengths)
     m, n = m.reshape(batch, -1), n.reshape(batch, -1)
-    solver_class = METHODS[method]
     solvers = [
-        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history) for b in range(batch)
+        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history)
+        for b in range(batch)
     ]
     for _ in range(max_iter):
         pending = [b for b in range(batch) if not solvers[b].done]
@@ -163,14 +195,12 @@ def solve(
         m, n = m.reshape(len(pending), -1), n.reshape(len(pending), -1)
         for j, b in enumerate(pending):
             solvers[b].step(m[j], n[j], codes[j])
-    if forbidden_u.any() or forbidden_v.any():
-        check_allowed(solvers, forbidden_u, forbidden_v)
-    return _collect(solvers, u_shape, v_shape, method, tol, max_iter)
+    return solvers
 
 
-def _collect(solvers, u_shape, v_shape, method, tol, max_iter) -> SparseMAPSolution:
-    batch = len(solvers)
-    converged = np.array([s.converged for s in solvers], dtype=bool)
+def _collect(examples, flat_u, flat_v, u_shape, v_shape, method, tol, max_iter, history) -> SparseMAPSolution:
+    batch = len(examples)
+    converged = np.array([e.converged for e in examples], dtype=bool)
     if not converged.all():
         warnings.warn(
             f"SparseMAP ({method}) stopped at max_iter={max_iter} before reaching tol={tol} "
@@ -179,18 +209,19 @@ def _collect(solvers, u_shape, v_shape, method, tol, max_iter) -> SparseMAPSolut
             SparseMAPConvergenceWarning,
             stacklevel=3,
         )
-    history = None
-    if solvers and solvers[0].history is not None:
-        history = [np.array(s.history).reshape(-1, 2) for s in solvers]
+    u = np.stack([e.u for e in examples])
+    v = np.stack([e.v for e in examples])
+    objective = np.einsum("bd,bd->b", flat_u, u) + np.einsum("bd,bd->b", flat_v, v)
+    objective -= 0.5 * np.einsum("bd,bd->b", u, u)
     return SparseMAPSolution(
-        u=np.stack([s.u for s in solvers]).reshape((batch,) + tuple(u_shape)),
-        v=np.stack([s.v for s in solvers]).reshape((batch,) + tuple(v_shape)),
-        structures=[np.stack(s.codes) for s in solvers],
-        weights=[s.y.copy() for s in solvers],
-        objective=np.array([s.objective for s in solvers]),
-        gap=np.array([s.gap for s in solvers]),
-        map_calls=np.array([s.map_calls for s in solvers]),
+        u=u.reshape((batch,) + tuple(u_shape)),
+        v=v.reshape((batch,) + tuple(v_shape)),
+        structures=[e.codes for e in examples],
+        weights=[e.weights for e in examples],
+        objective=objective,
+        gap=np.array([e.gap for e in examples]),
+        map_calls=np.array([e.map_calls for e in examples]),
         converged=converged,
-        support=pad_supports(solvers),
+        support=pad_supports(examples),
         history=history,
     )

@@ -35,6 +35,9 @@ class Structure(abc.ABC):
     subclass is registered by class name for :func:`structure_from_config`.
     """
 
+    #: dtype of the codes returned by :meth:`map`.
+    code_dtype = np.int64
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         _REGISTRY[cls.__name__] = cls
@@ -72,6 +75,14 @@ class Structure(abc.ABC):
         Returns:
             ``(m, n)`` with shapes ``(batch, *u_shape)`` and ``(batch, *v_shape)``.
         """
+
+    def compiled_oracle(self, u_shape: tuple[int, ...], v_shape: tuple[int, ...]):
+        """A :class:`~keras_structured.engine.compiled_active_set.CompiledOracle`, or None.
+
+        Structures whose MAP oracle is compiled with numba return it here, and the
+        active-set solver then runs entirely in compiled code.
+        """
+        return None
 
     def v_shape(self, u_shape: tuple[int, ...]) -> tuple[int, ...]:
         """Per-example shape of the higher-order part for unary shape ``u_shape``."""

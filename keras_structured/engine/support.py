@@ -11,7 +11,28 @@ current ``(u, v)``, the MAP-call count and the Wolfe gap.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
+
+from keras_structured.engine.jacobian import sparse_rows
+
+
+class ExampleSolution(NamedTuple):
+    """Solution of one SparseMAP problem, as every solver reports it."""
+
+    u: np.ndarray
+    v: np.ndarray
+    m_indices: np.ndarray
+    m_values: np.ndarray
+    n_indices: np.ndarray
+    n_values: np.ndarray
+    codes: np.ndarray
+    weights: np.ndarray
+    weight_jacobian: np.ndarray
+    gap: float
+    map_calls: int
+    converged: bool
 
 
 class SupportState:
@@ -88,6 +109,21 @@ class SupportState:
         kkt[0, 1:] = kkt[1:, 0] = 1.0
         kkt[1:, 1:] = self.M @ self.M.T
         return kkt
+
+    def result(self) -> ExampleSolution:
+        """The solution in the form shared by all solvers."""
+        return ExampleSolution(
+            self.u,
+            self.v,
+            *sparse_rows(self.M),
+            *sparse_rows(self.N),
+            np.stack(self.codes),
+            self.y.copy(),
+            self.weight_jacobian(),
+            self.gap,
+            self.map_calls,
+            self.converged,
+        )
 
     def weight_jacobian(self) -> np.ndarray:
         """``d y_I / d theta_I`` on the support: the lower-right block of the KKT inverse.

@@ -16,16 +16,27 @@ import numpy as np
 import tensorflow as tf
 
 from keras_structured.engine import SequenceStructure, Structure, solve
-from keras_structured.engine.jacobian import jacobian_product
+from keras_structured.engine.jacobian import Support, jacobian_product
 from keras_structured.engine.solve import METHODS
 from keras_structured.ops.dtypes import compute_dtype
 
 
-def _pad_codes(structures, weights, np_dtype):
+def _gather(x, indices):
+    return tf.gather(x, indices, batch_dims=1)
+
+
+def _scatter_add(values, indices, size):
+    batch = tf.shape(values)[0]
+    segments = indices + tf.cast(tf.range(batch) * size, indices.dtype)[:, None, None]
+    flat = tf.math.unsorted_segment_sum(tf.reshape(values, [-1]), tf.reshape(segments, [-1]), batch * size)
+    return tf.reshape(flat, [batch, size])
+
+
+def _pad_codes(structures, weights, np_dtype, code_dtype):
     """Stack per-example structure codes and weights, padded with -1 and 0."""
     k = max(len(w) for w in weights)
     code_shape = structures[0].shape[1:]
-    codes = np.full((len(weights), k) + code_shape, -1, dtype=np.int64)
+    codes = np.full((len(weights), k) + code_shape, -1, dtype=code_dtype)
     padded = np.zeros((len(weights), k), dtype=np_dtype)
     for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
         codes[b, : len(w)], padded[b, : len(w)] = s, w
@@ -125,14 +136,16 @@ def sparsemap(
         solution = solve(
             structure, values_u, values_v, lengths=sizes, method=method, tol=tol, max_iter=max_iter
         )
-        M, N, B = solution.support
-        codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype)
+        support = solution.support
+        codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype, structure.code_dtype)
         return (
             solution.u.astype(np_dtype),
             solution.v.astype(np_dtype),
-            M.astype(np_dtype),
-            N.astype(np_dtype),
-            B.astype(np_dtype),
+            support.m_indices,
+            support.m_values.astype(np_dtype),
+            support.n_indices,
+            support.n_values.astype(np_dtype),
+            support.weight_jacobian.astype(np_dtype),
             weights,
             codes,
             solution.gap.astype(np_dtype),
@@ -143,11 +156,13 @@ def sparsemap(
     outputs = tf.numpy_function(
         forward,
         inputs,
-        [dtype, dtype, dtype, dtype, dtype, dtype, tf.int64, dtype, tf.int32, tf.bool],
+        [dtype, dtype, tf.int64, dtype, tf.int64, dtype, dtype, dtype, structure.code_dtype, dtype, tf.int32]
+        + [tf.bool],
         stateful=False,
         name="sparsemap_forward",
     )
-    u, v, M, N, B = outputs[:5]
+    u, v = outputs[:2]
+    support = Support(*outputs[2:7])
     u.set_shape(scores_u.shape)
     v.set_shape(scores_v.shape)
 
@@ -158,11 +173,11 @@ def sparsemap(
             grad_v = tf.zeros_like(v) if grad_v is None else grad_v
             batch = tf.shape(u)[0]
             j_u, j_v = jacobian_product(
-                M,
-                N,
-                B,
+                support,
                 tf.reshape(grad_u, [batch, -1]),
                 tf.reshape(grad_v, [batch, -1]),
+                gather=_gather,
+                scatter_add=_scatter_add,
                 einsum=tf.einsum,
             )
             return tf.reshape(j_u, tf.shape(values_u)), tf.reshape(j_v, tf.shape(values_v))
@@ -173,7 +188,7 @@ def sparsemap(
     u, v = tf.cast(u, eta_u.dtype), tf.cast(v, eta_u.dtype)
     if not return_info:
         return u, v
-    weights, codes, gap, map_calls, converged = outputs[5:]
+    weights, codes, gap, map_calls, converged = outputs[7:]
     info = {
         "weights": tf.stop_gradient(weights),
         "structures": codes,

@@ -1,0 +1,113 @@
+"""Bipartite matchings (linear assignment) as a structure (Niculae et al. 2018, sections 2.2 and 5.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from keras_structured.engine.structure import Structure
+
+
+class MatchingStructure(Structure):
+    """Matchings between the ``m`` rows and ``n`` columns of a score matrix.
+
+    A structure is a set ``P`` of row-column pairs using every row and every
+    column at most once; ``m_s`` (shape ``(m, n)``) has a one at every pair of
+    ``P``, and there is no higher-order part. The MAP oracle (Jonker-Volgenant,
+    :func:`scipy.optimize.linear_sum_assignment`, one call per example) solves
+
+    * with ``unmatched_score=None``: ``argmax_P sum_{(i, j) in P} s_ij`` over the
+      matchings of size ``min(m, n)``: permutation matrices when ``m == n``, and
+      otherwise every item of the smaller side matched (partial matching);
+    * with ``unmatched_score=t``: ``argmax_P sum_{(i, j) in P} (s_ij - t)`` over all
+      matchings, so a pair is used only when its score beats ``t`` (ties leave it
+      unused). This is exact: extending any matching to one of size
+      ``min(m, n)`` shows it equals the assignment on the gains
+      ``max(s_ij - t, 0)``, keeping only the pairs with a positive gain.
+
+    SparseMAP over this structure returns ``u`` in the Birkhoff polytope (square,
+    ``unmatched_score=None``) or the polytope of (partial) matchings: a sparse
+    combination of a few matchings. The solvers require the MAP to maximise
+    ``<eta_u, m_s>`` exactly, so they accept ``unmatched_score`` ``None`` or ``0``
+    only. SparseMAP with threshold ``t`` is SparseMAP over ``eta_u - t`` with
+    ``unmatched_score=0.0``: pass those scores (the solver's MAP is then the one above).
+
+    Codes are ``(batch, m)`` int64: the column matched to each row, or -1.
+    Optional ``lengths`` ``(batch, 2)`` give each example's ``(rows, columns)``
+    for inputs padded at the end: padded rows and columns are never matched and
+    padded rows get code -1. ``-inf`` pairs (forbidden) are never used when a
+    matching avoiding them exists; with ``unmatched_score`` one always does.
+
+    Args:
+        unmatched_score: ``None`` for matchings of maximal size, or the score
+            ``t`` a pair must beat to be used.
+
+    Example:
+        >>> scores = np.array([[[1.0, 3.0], [2.0, 0.0]]])
+        >>> MatchingStructure().map(scores, np.zeros((1, 0)))
+        array([[1, 0]])
+        >>> MatchingStructure(unmatched_score=2.5).map(scores, np.zeros((1, 0)))
+        array([[ 1, -1]])
+    """
+
+    def __init__(self, unmatched_score: float | None = None):
+        if unmatched_score is not None:
+            unmatched_score = float(unmatched_score)
+            if not np.isfinite(unmatched_score):
+                raise ValueError(f"unmatched_score must be finite or None. Received: {unmatched_score}")
+        self.unmatched_score = unmatched_score
+
+    def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
+        batch, rows, cols = eta_u.shape
+        codes = np.full((batch, rows), -1, dtype=np.int64)
+        sizes = np.broadcast_to((rows, cols), (batch, 2)) if lengths is None else lengths
+        for b, (r, c) in enumerate(sizes):
+            i, j = self._assign(eta_u[b, :r, :c])
+            codes[b, i] = j
+        return codes
+
+    def _assign(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Matched ``(rows, columns)`` of one unpadded score matrix."""
+        if self.unmatched_score is None:
+            return linear_sum_assignment(scores, maximize=True)
+        gains = scores - self.unmatched_score
+        i, j = linear_sum_assignment(np.maximum(gains, 0.0), maximize=True)
+        used = gains[i, j] > 0
+        return i[used], j[used]
+
+    def indicators(
+        self,
+        codes: np.ndarray,
+        u_shape: tuple[int, ...],
+        v_shape: tuple[int, ...],
+        lengths: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        batch = codes.shape[0]
+        m = np.zeros((batch,) + tuple(u_shape))
+        examples, rows = np.nonzero(codes >= 0)
+        m[examples, rows, codes[examples, rows]] = 1.0
+        return m, np.zeros((batch,) + tuple(v_shape))
+
+    def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
+        if len(u_shape) != 2:
+            raise ValueError(
+                "MatchingStructure expects pair scores of per-example shape (m, n). "
+                f"Received: eta_u per-example shape={tuple(u_shape)}"
+            )
+        if self.unmatched_score not in (None, 0.0):
+            raise ValueError(
+                "SparseMAP needs a MAP oracle maximising <eta_u, m_s>; a nonzero unmatched_score "
+                "shifts it. Pass eta_u - unmatched_score with MatchingStructure(unmatched_score=0.0). "
+                f"Received: unmatched_score={self.unmatched_score}"
+            )
+        super().validate_shapes(u_shape, v_shape)
+
+    def validate_lengths(self, lengths: np.ndarray, u_shape: tuple) -> None:
+        if lengths.ndim != 2 or lengths.shape[1] != 2 or np.any(lengths < 0) or np.any(lengths > u_shape):
+            raise ValueError(
+                f"Matching lengths must have shape (batch, 2): (rows, columns) within {tuple(u_shape)}. "
+                f"Received: lengths={lengths.tolist()}"
+            )
+
+    def get_config(self) -> dict:
+        return {"unmatched_score": self.unmatched_score}
