@@ -1,7 +1,14 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
 from keras_structured import engine, ops
-from keras_structured.layers import SparseMAP, SparseMAPSequence, Sparsemax
+from keras_structured.layers import (
+    SparseMAP,
+    SparseMAPBudget,
+    SparseMAPDependencyTree,
+    SparseMAPMatching,
+    SparseMAPSequence,
+    Sparsemax,
+)
 from keras_structured.losses import SparsemaxLoss, sparsemax_loss
 from keras_structured.ops import sparsemap, sparsemap_sequence, sparsemax
 
@@ -9,6 +16,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SparseMAP",
+    "SparseMAPBudget",
+    "SparseMAPDependencyTree",
+    "SparseMAPMatching",
     "SparseMAPSequence",
     "Sparsemax",
     "SparsemaxLoss",

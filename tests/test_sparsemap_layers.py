@@ -22,7 +22,32 @@ def simplex_case():
     return ks.SparseMAP(SimplexStructure()), np.random.default_rng(1).normal(size=(4, 5))
 
 
-CASES = {"sequence": sequence_case, "simplex": simplex_case}
+def tree_case():
+    return ks.SparseMAPDependencyTree(), np.random.default_rng(3).normal(size=(4, 5, 5))
+
+
+def projective_tree_case():
+    return ks.SparseMAPDependencyTree(single_root=True, projective=True), np.random.default_rng(4).normal(
+        size=(4, 5, 5)
+    )
+
+
+def matching_case():
+    return ks.SparseMAPMatching(unmatched_score=-0.5), np.random.default_rng(5).normal(size=(4, 3, 4))
+
+
+def budget_case():
+    return ks.SparseMAPBudget(k=2), np.random.default_rng(6).normal(size=(4, 6))
+
+
+CASES = {
+    "sequence": sequence_case,
+    "simplex": simplex_case,
+    "tree": tree_case,
+    "projective_tree": projective_tree_case,
+    "matching": matching_case,
+    "budget": budget_case,
+}
 
 
 def model_around(layer, shape):
@@ -95,6 +120,57 @@ def test_sequence_mask_equals_unpadded_examples():
         np.testing.assert_allclose(padded.numpy()[b, :length], single, atol=1e-8)
         assert np.all(padded.numpy()[b, length:] == 0) and np.all(grad[b, length:] == 0)
     np.testing.assert_allclose(layer(x, lengths=tf.constant(lengths)).numpy(), padded.numpy())
+
+
+def check_padded_equals_unpadded(layer, scores, padded_kwargs, lengths, crop):
+    x = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        padded = layer(x, **padded_kwargs)
+        total = tf.reduce_sum(padded * np.random.default_rng(7).normal(size=padded.shape))
+    grad = tape.gradient(total, x).numpy()
+    padded = padded.numpy()
+    for b, length in enumerate(lengths):
+        region = crop(length)
+        single = layer(scores[b : b + 1][(slice(None),) + region]).numpy()[0]
+        np.testing.assert_allclose(padded[b][region], single, atol=1e-7)
+        outside = np.ones(padded.shape[1:], bool)
+        outside[region] = False
+        assert np.all(padded[b][outside] == 0) and np.all(grad[b][outside] == 0)
+
+
+def test_tree_mask_equals_unpadded_examples():
+    words = np.array([4, 2, 1, 0])
+    mask = np.arange(5)[None, :] <= words[:, None]
+    check_padded_equals_unpadded(
+        ks.SparseMAPDependencyTree(tol=1e-10),
+        np.random.default_rng(8).normal(size=(4, 5, 5)),
+        {"mask": tf.constant(mask)},
+        words,
+        lambda n: (slice(0, n + 1), slice(0, n + 1)),
+    )
+
+
+def test_matching_lengths_equal_unpadded_examples():
+    sizes = np.array([[3, 4], [2, 3], [3, 1], [0, 2]])
+    check_padded_equals_unpadded(
+        ks.SparseMAPMatching(tol=1e-10),
+        np.random.default_rng(9).normal(size=(4, 3, 4)),
+        {"lengths": tf.constant(sizes)},
+        sizes,
+        lambda size: (slice(0, size[0]), slice(0, size[1])),
+    )
+
+
+def test_budget_mask_equals_unpadded_examples():
+    items = np.array([6, 4, 2, 3])
+    check_padded_equals_unpadded(
+        ks.SparseMAPBudget(k=2, tol=1e-10),
+        np.random.default_rng(10).normal(size=(4, 6)) * 0.3,
+        {"mask": tf.constant(np.arange(6)[None, :] < items[:, None])},
+        items,
+        lambda d: (slice(0, d),),
+    )
 
 
 def test_mask_from_embedding_propagates():

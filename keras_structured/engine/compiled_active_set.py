@@ -14,7 +14,9 @@ integer ``params`` and the code size.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 
 import numba as nb
 import numpy as np
@@ -23,6 +25,7 @@ import numpy as np
 # which a unary vector counts as lying in the affine hull of the active ones.
 _AFFINE_TOL = 1e-10
 RUNNING, CONVERGED, STALLED = 0, 1, 2
+_THREADS = min(8, os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class CompiledOracle:
     code_shape: tuple
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _dot(a, b):
     total = 0.0
     for i in range(a.shape[0]):
@@ -53,7 +56,7 @@ def _dot(a, b):
 # dropping a structure only shifts the small ``slots`` array, never buffer rows.
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _border(Mb, slots, kinv, k, m):
     """``w = K^{-1} [1; M_I m]`` and the Schur complement ``m.m - [1; M_I m].w``."""
     border = np.empty(k + 1)
@@ -67,7 +70,7 @@ def _border(Mb, slots, kinv, k, m):
     return w, _dot(m, m) - _dot(border, w)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _refactor(Mb, slots, kinv, k):
     """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse)."""
     kkt = np.zeros((k + 1, k + 1))
@@ -78,7 +81,7 @@ def _refactor(Mb, slots, kinv, k):
     kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _drop(Mb, slots, y, theta, kinv, k, i):
     """Remove active structure ``i`` (downdating ``K^{-1}``); returns the new size."""
     j = i + 1
@@ -103,7 +106,7 @@ def _drop(Mb, slots, y, theta, kinv, k, i):
     return k - 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _enter(Mb, Nb, Cb, slots, y, theta, kinv, k, m, n, code, score):
     """Add a structure of score ``theta_s = score`` (pivoting out affinely dependent ones)."""
     weight = 0.0
@@ -131,7 +134,7 @@ def _enter(Mb, Nb, Cb, slots, y, theta, kinv, k, m, n, code, score):
     return k + 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _solve_relaxed(Mb, slots, y, theta, kinv, k):
     """Solve the KKT system on the active set, dropping structures until feasible."""
     refactored = False
@@ -160,7 +163,7 @@ def _solve_relaxed(Mb, slots, y, theta, kinv, k):
         refactored = False
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _find(Cb, slots, k, code):
     for i in range(k):
         row = Cb[slots[i]]
@@ -174,7 +177,7 @@ def _find(Cb, slots, k, code):
     return -1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _grow(Mb, Nb, Cb, slots, y, theta, kinv):
     old, cap = Mb.shape[0], 2 * Mb.shape[0]
     new_M, new_N = np.zeros((cap, Mb.shape[1])), np.zeros((cap, Nb.shape[1]))
@@ -187,7 +190,7 @@ def _grow(Mb, Nb, Cb, slots, y, theta, kinv):
     return new_M, new_N, new_C, new_slots, new_y, new_theta, new_kinv
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _sparse_rows(buffer, slots, k):
     """Index/value lists of the active rows (see :func:`keras_structured.engine.jacobian.sparse_rows`)."""
     width = 0
@@ -203,7 +206,7 @@ def _sparse_rows(buffer, slots, k):
     return indices, values
 
 
-@nb.njit  # not cached: numba cannot cache functions taking a function argument
+@nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
 def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
     """Active-set SparseMAP of one example, MAP calls to ``oracle`` included."""
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
@@ -267,9 +270,13 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
     else:
         sizes = lengths.reshape(batch, -1).astype(np.int64)
     oracle, params, code_size = compiled.function, compiled.params, int(np.prod(compiled.code_shape))
-    results = []
-    for b in range(batch):
+
+    def solve_example(b):
         result = _solve_one(oracle, flat_u[b], flat_v[b], sizes[b], params, code_size, tol, max_iter)
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
-        results.append(result[:6] + (codes,) + result[7:])
-    return results
+        return result[:6] + (codes,) + result[7:]
+
+    if batch < 2 * _THREADS:
+        return [solve_example(b) for b in range(batch)]
+    with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:  # the kernel releases the GIL
+        return list(pool.map(solve_example, range(batch)))

@@ -50,7 +50,7 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None 
     return np.where(np.arange(n)[None, :] < lengths[:, None], labels, -1)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _viterbi_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
     """Compiled Viterbi on one example's flat scores, writing indicators and labels in place."""
     n, num_labels = params[0], params[1]

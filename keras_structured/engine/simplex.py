@@ -9,7 +9,7 @@ from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.structure import Structure
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _argmax_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
     """Compiled simplex MAP: the vertex of the largest score."""
     m_out[:] = 0.0

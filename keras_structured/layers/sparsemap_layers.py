@@ -15,7 +15,15 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_structured.engine import SequenceStructure, Structure, structure_from_config, structure_to_config
+from keras_structured.engine import (
+    BudgetStructure,
+    MatchingStructure,
+    SequenceStructure,
+    Structure,
+    structure_from_config,
+    structure_to_config,
+)
+from keras_structured.engine.dependency_tree import DependencyTreeStructure
 from keras_structured.engine.solve import METHODS
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 
@@ -191,3 +199,121 @@ class SparseMAPSequence(SparseMAP):
             transitions_initializer=keras.initializers.serialize(self.transitions_initializer),
         )
         return config
+
+
+class _FixedStructureLayer(SparseMAP):
+    """A SparseMAP layer whose structure is built from the layer's own arguments."""
+
+    structure_arguments: tuple[str, ...] = ()
+
+    def __init__(self, structure: Structure, **kwargs):
+        kwargs.pop("structure", None)
+        super().__init__(structure, **kwargs)
+
+    def get_config(self):
+        config = super().get_config()
+        del config["structure"]
+        config.update(self.structure.get_config())
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAPDependencyTree(_FixedStructureLayer):
+    """SparseMAP over dependency trees: a sparse combination of a few parse trees.
+
+    Solves ``max_{u in M} <scores, u> - ||u||^2 / 2`` over the arborescence
+    polytope (non-projective, Chu-Liu-Edmonds oracle) or the projective one
+    (Eisner oracle); ``u[b, h, d]`` is the weight of arc ``h -> d``.
+
+    Args:
+        single_root: exactly one word attaches to the root (as in UD).
+        projective: restrict to projective trees.
+        Other arguments: see :class:`SparseMAP`.
+
+    Call arguments:
+        inputs: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``, index 0
+            the root; ``-inf`` forbids an arc.
+        mask: ``(batch, n + 1)`` token mask (root included) of right-padded
+            sentences.
+        lengths: ``(batch,)`` number of words, instead of a mask.
+
+    Example:
+        >>> u = SparseMAPDependencyTree()(np.zeros((1, 4, 4), "float32"))
+        >>> u.numpy()[0, :, 1:].sum(axis=0)  # every word has one head in total
+        array([1., 1., 1.], dtype=float32)
+    """
+
+    def __init__(self, single_root: bool = False, projective: bool = False, **kwargs):
+        super().__init__(DependencyTreeStructure(single_root=single_root, projective=projective), **kwargs)
+
+    def _lengths(self, mask):
+        return _lengths_from_mask(mask, offset=1)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAPMatching(_FixedStructureLayer):
+    """SparseMAP over bipartite matchings (alignments), with a Hungarian MAP oracle.
+
+    Solves ``max_{u in M} <scores - t, u> - ||u||^2 / 2`` over the (partial)
+    matching polytope: with ``unmatched_score=t`` items may stay unmatched and a
+    pair is only worth its score above ``t``; without it, every item of the
+    smaller side is matched.
+
+    Args:
+        unmatched_score: optional threshold ``t``.
+        Other arguments: see :class:`SparseMAP`.
+
+    Call arguments:
+        inputs: ``(batch, m, n)`` pair scores; ``-inf`` forbids a pair.
+        lengths: ``(batch, 2)`` numbers of rows and columns of padded inputs.
+
+    Example:
+        >>> u = SparseMAPMatching()(np.eye(3, dtype="float32")[None] * 5)
+        >>> u.numpy()[0].diagonal()
+        array([1., 1., 1.], dtype=float32)
+    """
+
+    def __init__(self, unmatched_score: float | None = None, **kwargs):
+        self.unmatched_score = None if unmatched_score is None else float(unmatched_score)
+        threshold = None if unmatched_score is None else 0.0
+        super().__init__(MatchingStructure(unmatched_score=threshold), **kwargs)
+
+    def call(self, inputs, lengths=None, mask=None):
+        if self.unmatched_score is not None:
+            inputs = inputs - tf.cast(self.unmatched_score, inputs.dtype)
+        return super().call(inputs, lengths=lengths, mask=mask)
+
+    def get_config(self):
+        config = super().get_config()
+        config["unmatched_score"] = self.unmatched_score
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAPBudget(_FixedStructureLayer):
+    """SparseMAP over binary vectors with exactly (or at most) ``k`` ones.
+
+    Solves ``max_{u in M} <scores, u> - ||u||^2 / 2`` over the budget polytope
+    ``{u in [0, 1]^d : sum(u) = k}`` (``<= k`` with ``exact=False``): a sparse,
+    differentiable top-k selection.
+
+    Args:
+        k: the budget.
+        exact: exactly ``k`` ones (True) or at most ``k``.
+        Other arguments: see :class:`SparseMAP`.
+
+    Call arguments:
+        inputs: ``(batch, d)`` scores.
+        mask: ``(batch, d)`` mask of right-padded items (never selected).
+        lengths: ``(batch,)`` numbers of items, instead of a mask.
+
+    Example:
+        >>> SparseMAPBudget(k=2)(np.array([[3.0, 2.0, -1.0, 0.0]], "float32")).numpy()
+        array([[1., 1., 0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, k: int, exact: bool = True, **kwargs):
+        super().__init__(BudgetStructure(k=k, exact=exact), **kwargs)
+
+    def _lengths(self, mask):
+        return _lengths_from_mask(mask)
