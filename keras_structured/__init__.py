@@ -9,12 +9,28 @@ from keras_structured.layers import (
     SparseMAPSequence,
     Sparsemax,
 )
-from keras_structured.losses import SparsemaxLoss, sparsemax_loss
-from keras_structured.ops import sparsemap, sparsemap_sequence, sparsemax
+from keras_structured.losses import (
+    LinearChainCRFLoss,
+    MarginSparseMAPLoss,
+    SparseMAPLoss,
+    SparsemaxLoss,
+    StructuredHingeLoss,
+    StructuredPerceptronLoss,
+    TreeCRFLoss,
+    sparsemax_loss,
+)
+from keras_structured.ops import map_decode, sparsemap, sparsemap_sequence, sparsemax
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LinearChainCRFLoss",
+    "MarginSparseMAPLoss",
+    "SparseMAPLoss",
+    "StructuredHingeLoss",
+    "StructuredPerceptronLoss",
+    "TreeCRFLoss",
+    "map_decode",
     "SparseMAP",
     "SparseMAPBudget",
     "SparseMAPDependencyTree",

@@ -59,6 +59,39 @@ def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
         )
 
 
+def prepare_scores(structure: Structure, eta_u: tf.Tensor, eta_v, lengths) -> list[tf.Tensor]:
+    """Validate scores for a structure and return ``[scores_u, scores_v(, lengths)]``.
+
+    Shapes are checked at trace time (``ValueError``), NaN/+inf at run time;
+    scores are cast to the compute dtype (float32 for half precision), a missing
+    ``eta_v`` becomes zeros of the structure's static higher-order shape.
+    """
+    _check_scores("eta_u", eta_u, 2)
+    dtype = compute_dtype(eta_u)
+    u_shape = tuple(eta_u.shape[1:])
+    if eta_v is None:
+        v_shape = structure.v_shape(u_shape)
+        if None in v_shape:
+            raise ValueError(
+                f"eta_v is required when its shape is not static. Received: eta_u.shape={eta_u.shape}"
+            )
+        eta_v = tf.zeros(tf.concat([tf.shape(eta_u)[:1], v_shape], axis=0), dtype)
+    eta_v = tf.convert_to_tensor(eta_v)
+    _check_scores("eta_v", eta_v, 1)
+    structure.validate_shapes(u_shape, tuple(eta_v.shape[1:]))
+    if eta_u.shape[0] is not None and eta_v.shape[0] is not None and eta_u.shape[0] != eta_v.shape[0]:
+        raise ValueError(
+            "eta_u and eta_v must have the same batch size. "
+            f"Received: eta_u.shape={eta_u.shape}, eta_v.shape={eta_v.shape}"
+        )
+    scores_u = _checked(tf.cast(eta_u, dtype), "eta_u (unary scores)")
+    scores_v = _checked(tf.cast(eta_v, dtype), "eta_v (higher-order scores)")
+    inputs = [scores_u, scores_v]
+    if lengths is not None:
+        inputs.append(tf.cast(lengths, tf.int64))
+    return inputs
+
+
 def sparsemap(
     structure: Structure,
     eta_u,
@@ -107,30 +140,10 @@ def sparsemap(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
     eta_u = tf.convert_to_tensor(eta_u)
-    _check_scores("eta_u", eta_u, 2)
-    dtype = compute_dtype(eta_u)
-    u_shape = tuple(eta_u.shape[1:])
-    if eta_v is None:
-        v_shape = structure.v_shape(u_shape)
-        if None in v_shape:
-            raise ValueError(
-                f"eta_v is required when its shape is not static. Received: eta_u.shape={eta_u.shape}"
-            )
-        eta_v = tf.zeros(tf.concat([tf.shape(eta_u)[:1], v_shape], axis=0), dtype)
-    eta_v = tf.convert_to_tensor(eta_v)
-    _check_scores("eta_v", eta_v, 1)
-    structure.validate_shapes(u_shape, tuple(eta_v.shape[1:]))
-    if eta_u.shape[0] is not None and eta_v.shape[0] is not None and eta_u.shape[0] != eta_v.shape[0]:
-        raise ValueError(
-            "eta_u and eta_v must have the same batch size. "
-            f"Received: eta_u.shape={eta_u.shape}, eta_v.shape={eta_v.shape}"
-        )
-    scores_u = _checked(tf.cast(eta_u, dtype), "eta_u (unary scores)")
-    scores_v = _checked(tf.cast(eta_v, dtype), "eta_v (higher-order scores)")
+    inputs = prepare_scores(structure, eta_u, eta_v, lengths)
+    scores_u, scores_v = inputs[:2]
+    dtype = scores_u.dtype
     np_dtype = dtype.as_numpy_dtype
-    inputs = [scores_u, scores_v]
-    if lengths is not None:
-        inputs.append(tf.cast(lengths, tf.int64))
 
     def forward(values_u, values_v, sizes=None):
         solution = solve(

@@ -1,0 +1,438 @@
+"""Structured losses for ``model.compile``: SparseMAP, margin, perceptron, hinge and CRF.
+
+All are structured Fenchel-Young losses (Niculae et al., 2018, section 4;
+Blondel et al., 2018). For scores ``eta = (eta_u, eta_v)``, a gold structure with
+indicator vectors ``a = (m, n)`` and a regulariser ``Omega`` on the marginal
+polytope ``M``,
+
+    L(eta; a) = max_{mu in M} [<eta, mu> - Omega(mu)] - [<eta, a> - Omega(a)],
+
+which is nonnegative, zero exactly when the prediction ``argmax`` is the gold
+structure, and has gradient ``mu* - a`` (prediction minus gold). The choices:
+
+=========================  =======================================  ===========
+loss                       ``Omega(mu)``, ``mu = (u, v)``           prediction
+=========================  =======================================  ===========
+SparseMAPLoss              ``||u||^2 / 2``                          SparseMAP
+MarginSparseMAPLoss        ``||u||^2 / 2 - w * rho(u, m)``          SparseMAP
+StructuredPerceptronLoss   ``0``                                    MAP
+StructuredHingeLoss        ``-w * rho(u, m)``                       MAP
+LinearChainCRFLoss         ``-H(mu)`` (entropy), linear chains      marginals
+TreeCRFLoss                ``-H(mu)``, dependency trees             marginals
+=========================  =======================================  ===========
+
+with the Hamming cost ``rho(u, m) = <1 - 2 m, u> + sum(m)`` (for 0/1 vectors, the
+number of unary parts where ``u`` and ``m`` differ) weighted by ``w = cost_weight``.
+The SparseMAP and MAP losses run the solver under ``stop_gradient`` (by Danskin's
+theorem the gradient is ``mu* - a`` without differentiating the solver) in a
+``tf.numpy_function``: compile models using them with ``jit_compile=False``. The
+CRF losses are pure TensorFlow.
+
+Labels ``y_true`` are the gold structures' codes, in the structure's own format
+(Keras casts them to float; they are cast back to the structure's ``code_dtype``):
+label sequences ``(batch, n)``,
+head vectors ``(batch, n + 1)`` (``-1`` at the root), column per row for
+matchings, 0/1 vectors for budgets. For sequences and dependency trees, ``-1``
+also marks padding at the end, and the lengths come from the labels.
+
+Scores ``y_pred`` are, for sequences, the packed ``(batch, n, K, K + 1)`` tensor
+of :func:`keras_structured.ops.pack_sequence_scores`, and ``eta_u`` for every
+other structure (no higher-order scores).
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_structured.engine import SequenceStructure, Structure, structure_from_config, structure_to_config
+from keras_structured.engine.dependency_tree import DependencyTreeStructure
+from keras_structured.engine.solve import METHODS
+from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
+from keras_structured.ops.decode import map_decode
+from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.sequence_scores import unpack_sequence_scores
+from keras_structured.ops.sparsemap_op import sparsemap
+
+# Structures whose codes are -1 exactly at the padding, so that lengths follow from labels.
+_PADDED_BY_CODES = (SequenceStructure, DependencyTreeStructure)
+
+
+def _per_example_sum(x: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_sum(tf.reshape(x, [tf.shape(x)[0], -1]), axis=1)
+
+
+def _inner(scores: tf.Tensor, indicators: tf.Tensor) -> tf.Tensor:
+    """Per-example ``<scores, indicators>``; parts with a zero indicator add 0 even at ``-inf`` scores."""
+    return _per_example_sum(tf.math.multiply_no_nan(scores, indicators))
+
+
+def _lengths_from_codes(codes: tf.Tensor) -> tf.Tensor:
+    """Per-example counts of the non-padding (``>= 0``) entries of ``(batch, n)`` codes."""
+    return tf.reduce_sum(tf.cast(codes >= 0, tf.int32), axis=1)
+
+
+def _check_labels(y_true: tf.Tensor, size, y_pred: tf.Tensor) -> None:
+    """Trace-time check that the labels are ``(batch, size)``: one code per position of ``y_pred``."""
+    if y_true.shape.rank != 2 or (None not in (y_true.shape[1], size) and y_true.shape[1] != size):
+        raise ValueError(
+            f"The labels must have shape (batch, {size}) for scores of shape {y_pred.shape}. "
+            f"Received: y_true.shape={y_true.shape}"
+        )
+
+
+def _check_cost_weight(cost_weight: float) -> float:
+    if not math.isfinite(cost_weight) or cost_weight < 0:
+        raise ValueError(f"cost_weight must be finite and nonnegative. Received: cost_weight={cost_weight}")
+    return float(cost_weight)
+
+
+class _StructuredLoss(keras.losses.Loss):
+    """Shared machinery: scores from ``y_pred``, gold indicators from ``y_true``, the loss formula.
+
+    The loss is ``max_mu [<eta', mu> - quadratic * ||u||^2 / 2] + w * sum(m)
+    - [<eta, a> - quadratic * ||m||^2 / 2]`` with cost-augmented unary scores
+    ``eta'_u = eta_u + w * (1 - 2 m)``; subclasses say how ``mu`` is predicted.
+    """
+
+    quadratic = False
+    _config_keys: tuple[str, ...] = ()  # attributes that get_config adds to the structure
+
+    def __init__(self, structure: Structure | dict, cost_weight: float, reduction, name, dtype):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if isinstance(structure, dict):
+            structure = structure_from_config(structure)
+        if not isinstance(structure, Structure):
+            raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
+        self.structure = structure
+        self.cost_weight = _check_cost_weight(cost_weight)
+
+    def _predict(self, eta_u, eta_v, lengths):
+        """Indicator vectors ``(m, n)`` of the MAP structure (the perceptron and hinge prediction)."""
+        return map_decode(self.structure, eta_u, eta_v, lengths=lengths)[1:]
+
+    def _scores(self, y_pred):
+        """``(eta_u, eta_v)`` from ``y_pred``; ``eta_v`` is None outside sequences."""
+        scores = tf.convert_to_tensor(y_pred)
+        scores = tf.cast(scores, compute_dtype(scores))
+        if isinstance(self.structure, SequenceStructure):
+            return unpack_sequence_scores(scores)
+        return scores, None
+
+    def _gold(self, y_true, y_pred, eta_u):
+        """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``)."""
+        code_dtype = tf.as_dtype(self.structure.code_dtype)
+        codes = tf.convert_to_tensor(y_true)
+        codes = tf.cast(tf.round(codes) if code_dtype.is_integer else codes, code_dtype)
+        lengths = None
+        if isinstance(self.structure, _PADDED_BY_CODES):
+            _check_labels(codes, eta_u.shape[1], y_pred)
+            lengths = _lengths_from_codes(codes)
+        np_dtype = eta_u.dtype.as_numpy_dtype
+
+        def indicators(codes, u_shape, sizes=None):
+            u_shape = tuple(int(d) for d in u_shape)
+            m, n = self.structure.indicators(codes, u_shape, self.structure.v_shape(u_shape), sizes)
+            return m.astype(np_dtype), n.astype(np_dtype)
+
+        inputs = [codes, tf.shape(eta_u)[1:]] + ([] if lengths is None else [tf.cast(lengths, tf.int64)])
+        m, n = tf.numpy_function(
+            indicators, inputs, [eta_u.dtype, eta_u.dtype], stateful=False, name="gold_indicators"
+        )
+        m.set_shape(eta_u.shape)
+        n.set_shape(eta_u.shape[:1].concatenate(self.structure.v_shape(tuple(eta_u.shape[1:]))))
+        return lengths, m, n
+
+    def call(self, y_true, y_pred):
+        eta_u, eta_v = self._scores(y_pred)
+        lengths, gold_m, gold_n = self._gold(y_true, y_pred, eta_u)
+        cost_u = eta_u + self.cost_weight * (1.0 - 2.0 * gold_m) if self.cost_weight else eta_u
+        # Danskin: the gradient of the max is its maximiser, so the solver is not differentiated.
+        u, v = self._predict(
+            tf.stop_gradient(cost_u), None if eta_v is None else tf.stop_gradient(eta_v), lengths
+        )
+        loss = _inner(cost_u, u) - _inner(eta_u, gold_m) + self.cost_weight * _per_example_sum(gold_m)
+        if eta_v is not None:
+            loss += _inner(eta_v, v) - _inner(eta_v, gold_n)
+        if self.quadratic:
+            loss += _per_example_sum(tf.square(gold_m) - tf.square(u)) / 2
+        return tf.maximum(loss, 0.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(structure=structure_to_config(self.structure))
+        config.update({key: getattr(self, key) for key in self._config_keys})
+        return config
+
+
+class _SparseMAPLossBase(_StructuredLoss):
+    """Predicts with SparseMAP (quadratic regulariser); stores the solver options."""
+
+    quadratic = True
+    _config_keys = ("method", "tol", "max_iter")
+
+    def __init__(self, structure, cost_weight, method, tol, max_iter, reduction, name, dtype):
+        super().__init__(structure, cost_weight, reduction, name, dtype)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+        if not tol >= 0 or int(max_iter) < 1:
+            raise ValueError(f"Need tol >= 0 and max_iter >= 1. Received: tol={tol}, max_iter={max_iter}")
+        self.method, self.tol, self.max_iter = method, float(tol), int(max_iter)
+
+    def _predict(self, eta_u, eta_v, lengths):
+        return sparsemap(
+            self.structure,
+            eta_u,
+            eta_v,
+            lengths=lengths,
+            method=self.method,
+            tol=self.tol,
+            max_iter=self.max_iter,
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class SparseMAPLoss(_SparseMAPLossBase):
+    """SparseMAP loss: the Fenchel-Young loss of the quadratic regulariser on ``u``.
+
+    For scores ``eta`` and a gold structure ``a = (m, n)``,
+
+        L = max_{(u, v) in M} [<eta, (u, v)> - ||u||^2 / 2] - [<eta, a> - ||m||^2 / 2],
+
+    where the max is solved by SparseMAP. ``L >= 0``, with equality exactly when
+    SparseMAP returns the gold structure (its scores win by a margin), and
+    ``grad_eta L = (u*, v*) - a``: only a few structures get gradient.
+
+    Args:
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        method: ``"active_set"`` (default) or a Frank-Wolfe variant.
+        tol: relative Wolfe-gap tolerance of the solver.
+        max_iter: maximum MAP calls per example.
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true: gold codes (see the module docstring; ``-1`` pads sequences and trees).
+        y_pred: scores: packed ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> loss = SparseMAPLoss(SimplexStructure())
+        >>> float(loss([1], [[0.0, 5.0, 0.0]])), round(float(loss([0], [[0.0, 1.0, 0.0]])), 4)
+        (0.0, 1.0)
+    """
+
+    def __init__(
+        self,
+        structure: Structure | dict,
+        method: str = "active_set",
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        reduction: str = "sum_over_batch_size",
+        name: str = "sparsemap_loss",
+        dtype=None,
+    ):
+        super().__init__(structure, 0.0, method, tol, max_iter, reduction, name, dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class MarginSparseMAPLoss(_SparseMAPLossBase):
+    """Margin SparseMAP loss: the SparseMAP loss with a Hamming cost inside the max.
+
+    For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,
+
+        L = max_{(u, v) in M} [<eta, (u, v)> + w * rho(u, m) - ||u||^2 / 2] - [<eta, a> - ||m||^2 / 2],
+
+    with ``rho(u, m) = <1 - 2 m, u> + sum(m)`` (Hamming distance for 0/1 ``u``):
+    SparseMAP on the cost-augmented scores ``eta_u + w * (1 - 2 m)``. ``L >= 0``,
+    zero when the gold structure wins by a margin growing with the cost, and
+    ``grad_eta L = (u*, v*) - a``.
+
+    Args:
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        cost_weight: ``w >= 0``, the weight of the Hamming cost.
+        method, tol, max_iter: solver options, as for :class:`SparseMAPLoss`.
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> loss = MarginSparseMAPLoss(SimplexStructure())
+        >>> float(loss([1], [[0.0, 5.0, 0.0]])), round(float(loss([1], [[0.0, 2.0, 0.0]])), 4)
+        (0.0, 0.3333)
+    """
+
+    _config_keys = _SparseMAPLossBase._config_keys + ("cost_weight",)
+
+    def __init__(
+        self,
+        structure: Structure | dict,
+        cost_weight: float = 1.0,
+        method: str = "active_set",
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        reduction: str = "sum_over_batch_size",
+        name: str = "margin_sparsemap_loss",
+        dtype=None,
+    ):
+        super().__init__(structure, cost_weight, method, tol, max_iter, reduction, name, dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class StructuredPerceptronLoss(_StructuredLoss):
+    """Structured perceptron loss (Collins, 2002): ``max_s <eta, a_s> - <eta, a>``.
+
+    The best structure's score minus the gold one's, by one MAP call
+    (:func:`keras_structured.ops.decode.map_decode`). ``L >= 0``, zero when the
+    gold structure is a MAP, and ``grad_eta L = a_MAP - a``.
+
+    Args:
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> loss = StructuredPerceptronLoss(SimplexStructure())
+        >>> float(loss([1], [[0.0, 0.5, 0.0]])), float(loss([0], [[0.0, 0.5, 0.0]]))
+        (0.0, 0.5)
+    """
+
+    def __init__(
+        self,
+        structure: Structure | dict,
+        reduction: str = "sum_over_batch_size",
+        name: str = "structured_perceptron_loss",
+        dtype=None,
+    ):
+        super().__init__(structure, 0.0, reduction, name, dtype)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class StructuredHingeLoss(_StructuredLoss):
+    """Structured hinge (SVM) loss with a Hamming cost (Taskar et al., 2003; Tsochantaridis et al., 2004).
+
+    For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,
+
+        L = max_s [<eta, a_s> + w * rho(m_s, m)] - <eta, a>,
+
+    with the Hamming cost ``rho(u, m) = <1 - 2 m, u> + sum(m)``, by one
+    cost-augmented MAP call. ``L >= 0``, zero when the gold structure beats every
+    other by at least ``w`` times their Hamming distance, and
+    ``grad_eta L = a_s* - a`` for the cost-augmented MAP ``s*``.
+
+    Args:
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        cost_weight: ``w >= 0``, the weight of the Hamming cost.
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> loss = StructuredHingeLoss(SimplexStructure())
+        >>> float(loss([1], [[0.0, 3.0, 0.0]])), float(loss([1], [[0.0, 0.5, 0.0]]))
+        (0.0, 1.5)
+    """
+
+    _config_keys = ("cost_weight",)
+
+    def __init__(
+        self,
+        structure: Structure | dict,
+        cost_weight: float = 1.0,
+        reduction: str = "sum_over_batch_size",
+        name: str = "structured_hinge_loss",
+        dtype=None,
+    ):
+        super().__init__(structure, cost_weight, reduction, name, dtype)
+
+
+def _labels(y_true) -> tf.Tensor:
+    """Integer codes from labels that Keras cast to float."""
+    return tf.cast(tf.round(tf.convert_to_tensor(y_true)), tf.int32)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class LinearChainCRFLoss(keras.losses.Loss):
+    """Linear-chain CRF loss: the negative log-likelihood ``log Z(eta) - <eta, a>``.
+
+    ``log Z`` is computed by the forward algorithm
+    (:func:`keras_structured.ops.crf.linear_chain_crf_log_partition`); the
+    gradient is the CRF marginals minus the gold indicators. ``L > 0``, and it
+    tends to zero as the gold sequence's score margin grows. Pure TensorFlow.
+
+    Args:
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true: ``(batch, n)`` gold labels, ``-1`` past each sequence's length.
+        y_pred: packed ``(batch, n, K, K + 1)`` scores (start and end scores, if
+            any, added to the first and last unary scores).
+
+    Example:
+        >>> from keras_structured.ops import pack_sequence_scores
+        >>> scores = pack_sequence_scores(tf.zeros([1, 3, 2]), tf.zeros([2, 2]))
+        >>> round(float(LinearChainCRFLoss()([[0, 1, -1]], scores)), 4)  # log(2 ** 2)
+        1.3863
+    """
+
+    def __init__(
+        self, reduction: str = "sum_over_batch_size", name: str = "linear_chain_crf_loss", dtype=None
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def call(self, y_true, y_pred):
+        scores = tf.convert_to_tensor(y_pred)
+        unary, pairwise = unpack_sequence_scores(tf.cast(scores, compute_dtype(scores)))
+        tags = _labels(y_true)
+        _check_labels(tags, unary.shape[1], scores)
+        lengths = _lengths_from_codes(tags)
+        gold_m = tf.one_hot(tags, tf.shape(unary)[-1], dtype=unary.dtype)
+        gold_n = gold_m[:, :-1, :, None] * gold_m[:, 1:, None, :]
+        log_z = linear_chain_crf_log_partition(unary, pairwise, lengths=lengths)
+        return tf.maximum(log_z - _inner(unary, gold_m) - _inner(pairwise, gold_n), 0.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class TreeCRFLoss(keras.losses.Loss):
+    """Dependency-tree CRF loss: ``log Z(eta) - sum_{(h, m) in gold} eta[h, m]``.
+
+    ``log Z`` sums over all non-projective trees by the matrix-tree theorem
+    (:func:`keras_structured.ops.crf.tree_crf_log_partition`); the gradient is
+    the arc marginals minus the gold arcs. Pure TensorFlow.
+
+    Args:
+        single_root: normalise over trees with exactly one word attached to the root.
+        reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true: ``(batch, n + 1)`` gold heads, ``-1`` at the root and past each
+            sentence's length.
+        y_pred: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``.
+
+    Example:
+        >>> round(float(TreeCRFLoss()([[-1, 0, 1]], tf.zeros([1, 3, 3]))), 4)  # log(3)
+        1.0986
+    """
+
+    def __init__(
+        self,
+        single_root: bool = False,
+        reduction: str = "sum_over_batch_size",
+        name: str = "tree_crf_loss",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.single_root = bool(single_root)
+
+    def call(self, y_true, y_pred):
+        scores = tf.convert_to_tensor(y_pred)
+        scores = tf.cast(scores, compute_dtype(scores))
+        heads = _labels(y_true)
+        _check_labels(heads, scores.shape[-1], scores)
+        gold = tf.linalg.matrix_transpose(tf.one_hot(heads, tf.shape(scores)[-1], dtype=scores.dtype))
+        log_z = tree_crf_log_partition(scores, _lengths_from_codes(heads), single_root=self.single_root)
+        return tf.maximum(log_z - _inner(scores, gold), 0.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(single_root=self.single_root)
+        return config

@@ -1,0 +1,198 @@
+"""CRF log-partition functions and marginals against brute-force enumeration."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import logsumexp
+
+from keras_structured.ops.crf import (
+    linear_chain_crf_log_partition,
+    linear_chain_crf_marginals,
+    tree_crf_log_partition,
+    tree_crf_marginals,
+)
+
+
+def dependency_trees(num_words: int, single_root: bool = False) -> np.ndarray:
+    """All trees of ``num_words`` words as head arrays ``(T, num_words + 1)``, ``-1`` at the root."""
+    trees = []
+    for heads in itertools.product(range(num_words + 1), repeat=num_words):
+        heads = (-1,) + heads
+        if any(heads[m] == m for m in range(1, num_words + 1)):
+            continue
+        if single_root and num_words and heads.count(0) != 1:
+            continue
+        reaches_root = True
+        for m in range(1, num_words + 1):
+            node, steps = m, 0
+            while node != 0 and steps <= num_words:
+                node, steps = heads[node], steps + 1
+            reaches_root &= node == 0
+        if reaches_root:
+            trees.append(heads)
+    return np.array(trees, dtype=np.int64).reshape(-1, num_words + 1)
+
+
+def tree_indicators(heads: np.ndarray, size: int) -> np.ndarray:
+    """``(T, size, size)`` arc indicators ``[head, modifier]`` of head arrays (padded to ``size``)."""
+    arcs = np.zeros((len(heads), size, size))
+    for t, tree in enumerate(heads):
+        for m, h in enumerate(tree):
+            if h >= 0:
+                arcs[t, h, m] = 1.0
+    return arcs
+
+
+def brute_force_tree_crf(scores: np.ndarray, num_words: int, single_root: bool):
+    """``(log Z, marginals)`` of one example by enumerating all trees of its first ``num_words`` words."""
+    arcs = tree_indicators(dependency_trees(num_words, single_root), scores.shape[0])
+    tree_scores = np.einsum("thm,hm->t", arcs, scores)
+    probs = np.exp(tree_scores - logsumexp(tree_scores))
+    return logsumexp(tree_scores), np.einsum("t,thm->hm", probs, arcs)
+
+
+def brute_force_chain_crf(unary, pairwise, start, end, length):
+    """``(log Z, u, v)`` of one chain by enumerating the label sequences of its first ``length`` positions."""
+    n, num_labels = unary.shape
+    u, v = np.zeros_like(unary), np.zeros_like(pairwise)
+    if length == 0:
+        return 0.0, u, v
+    sequences = list(itertools.product(range(num_labels), repeat=length))
+    scores = np.array(
+        [
+            start[y[0]]
+            + end[y[-1]]
+            + sum(unary[i, y[i]] for i in range(length))
+            + sum(pairwise[i, y[i], y[i + 1]] for i in range(length - 1))
+            for y in sequences
+        ]
+    )
+    probs = np.exp(scores - logsumexp(scores))
+    for p, y in zip(probs, sequences, strict=True):
+        u[np.arange(length), y] += p
+        v[np.arange(length - 1), y[:-1], y[1:]] += p
+    return logsumexp(scores), u, v
+
+
+@pytest.mark.parametrize("layout", ["shared", "per_example", "per_position"])
+def test_linear_chain_matches_brute_force(layout):
+    rng = np.random.default_rng(0)
+    batch, n, num_labels = 4, 4, 3
+    unary = rng.normal(size=(batch, n, num_labels))
+    transitions = rng.normal(
+        size={"shared": (3, 3), "per_example": (batch, 3, 3), "per_position": (batch, n - 1, 3, 3)}[layout]
+    )
+    pairwise = np.broadcast_to(
+        transitions.reshape((-1, 1, 3, 3)) if transitions.ndim < 4 else transitions, (batch, n - 1, 3, 3)
+    )
+    start, end = rng.normal(size=num_labels), rng.normal(size=(batch, num_labels))
+    lengths = np.array([4, 2, 1, 0])
+    log_z = linear_chain_crf_log_partition(unary, transitions, start, end, lengths)
+    u, v = linear_chain_crf_marginals(unary, transitions, start, end, lengths)
+    assert log_z.dtype == tf.float64 and u.shape == (batch, n, 3) and v.shape == (batch, n - 1, 3, 3)
+    for b in range(batch):
+        expected = brute_force_chain_crf(unary[b], pairwise[b], start, end[b], lengths[b])
+        np.testing.assert_allclose(log_z.numpy()[b], expected[0], rtol=1e-12)
+        np.testing.assert_allclose(u.numpy()[b], expected[1], atol=1e-12)
+        np.testing.assert_allclose(v.numpy()[b], expected[2], atol=1e-12)
+
+
+def test_linear_chain_without_lengths_single_position_and_large_scores():
+    rng = np.random.default_rng(1)
+    unary = rng.normal(size=(2, 1, 3)) * 1e3
+    log_z = linear_chain_crf_log_partition(unary, np.zeros((3, 3)))
+    np.testing.assert_allclose(log_z.numpy(), logsumexp(unary[:, 0], axis=-1), rtol=1e-12)
+    unary = rng.normal(size=(2, 3, 2)) * 1e3
+    u, _ = linear_chain_crf_marginals(unary, np.zeros((2, 2)))
+    assert np.isfinite(u.numpy()).all()
+    np.testing.assert_allclose(u.numpy().sum(-1), 1.0, rtol=1e-12)
+
+
+def test_linear_chain_graph_mode_dtypes_and_errors():
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None, 3], tf.float16), tf.TensorSpec([None], tf.int32)]
+    )
+    def marginals(unary, lengths):
+        return linear_chain_crf_marginals(unary, tf.zeros([3, 3], tf.float16), lengths=lengths)
+
+    u, v = marginals(tf.zeros([2, 4, 3], tf.float16), tf.constant([4, 2]))
+    assert u.dtype == tf.float32 and u.shape == (2, 4, 3) and v.shape == (2, 3, 3, 3)
+    np.testing.assert_allclose(u.numpy().sum(-1), [[1, 1, 1, 1], [1, 1, 0, 0]], rtol=1e-6)
+    with pytest.raises(ValueError, match="Received: transitions.shape"):
+        linear_chain_crf_log_partition(tf.zeros([2, 4, 3]), tf.zeros([2, 2]))
+    with pytest.raises(ValueError, match="Received: unary.shape"):
+        linear_chain_crf_log_partition(tf.zeros([2, 0, 3]), tf.zeros([3, 3]))
+    with pytest.raises(ValueError, match="Received: end.shape"):
+        linear_chain_crf_log_partition(tf.zeros([2, 4, 3]), tf.zeros([3, 3]), end=tf.zeros([2]))
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+def test_tree_matches_brute_force(single_root):
+    rng = np.random.default_rng(2 + single_root)
+    scores = rng.normal(size=(5, 5, 5))
+    lengths = np.array([4, 3, 2, 1, 0])
+    log_z = tree_crf_log_partition(scores, lengths, single_root=single_root)
+    marginals = tree_crf_marginals(scores, lengths, single_root=single_root).numpy()
+    for b, length in enumerate(lengths):
+        expected_log_z, expected_marginals = brute_force_tree_crf(scores[b], length, single_root)
+        np.testing.assert_allclose(log_z.numpy()[b], expected_log_z, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(marginals[b], expected_marginals, atol=1e-10)
+        # Every real word has exactly one head; nothing enters the root or padding.
+        np.testing.assert_allclose(marginals[b].sum(0), [0.0] + [1.0] * length + [0.0] * (4 - length))
+        if single_root and length:
+            np.testing.assert_allclose(marginals[b, 0].sum(), 1.0)
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+def test_tree_is_stable_for_large_scores_without_lengths(single_root):
+    scores = np.random.default_rng(4).normal(size=(2, 4, 4)) * 500
+    log_z = tree_crf_log_partition(scores, single_root=single_root).numpy()
+    marginals = tree_crf_marginals(scores, single_root=single_root).numpy()
+    for b in range(2):
+        expected_log_z, expected_marginals = brute_force_tree_crf(scores[b], 3, single_root)
+        np.testing.assert_allclose(log_z[b], expected_log_z, rtol=1e-12)
+        np.testing.assert_allclose(marginals[b], expected_marginals, atol=1e-8)
+
+
+def test_tree_ignores_unused_entries_and_forbids_minus_inf():
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=(1, 4, 4))
+    noisy = scores.copy()
+    noisy[:, :, 0] = np.nan  # arcs into the root
+    noisy[:, np.arange(4), np.arange(4)] = np.inf  # self-loops
+    np.testing.assert_allclose(tree_crf_log_partition(noisy).numpy(), tree_crf_log_partition(scores).numpy())
+    assert np.isfinite(tree_crf_marginals(noisy).numpy()).all()
+    forbidden = scores.copy()
+    forbidden[0, 0, 1] = -np.inf
+    marginals = tree_crf_marginals(forbidden).numpy()
+    assert marginals[0, 0, 1] == 0 and np.isfinite(marginals).all()
+
+
+def test_tree_graph_mode_dtypes_and_errors():
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.float16)])
+    def marginals(scores):
+        return tree_crf_marginals(scores, single_root=True)
+
+    mu = marginals(tf.zeros([2, 4, 4], tf.float16))
+    assert mu.dtype == tf.float32
+    np.testing.assert_allclose(mu.numpy().sum(1)[:, 1:], 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="Received: scores.shape"):
+        tree_crf_log_partition(tf.zeros([2, 4, 3]))
+
+
+def test_both_crfs_compile_with_xla():
+    rng = np.random.default_rng(6)
+    unary, scores = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 4, 4))
+    lengths = tf.constant([4, 2])
+
+    @tf.function(jit_compile=True)
+    def marginals(unary, scores):
+        u, _ = linear_chain_crf_marginals(unary, tf.zeros([3, 3], tf.float64), lengths=lengths)
+        return u, tree_crf_marginals(scores, lengths - 1, single_root=True)
+
+    u, mu = marginals(unary, scores)
+    expected_u, _ = linear_chain_crf_marginals(unary, np.zeros((3, 3)), lengths=lengths)
+    np.testing.assert_allclose(u.numpy(), expected_u.numpy(), atol=1e-12)
+    np.testing.assert_allclose(mu.numpy(), tree_crf_marginals(scores, lengths - 1, True).numpy(), atol=1e-12)
