@@ -1,0 +1,159 @@
+"""Dependency trees (arc-factored) as a structure: SparseMAP over the arborescence polytope."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from keras_structured.engine.arborescence import max_arborescence
+from keras_structured.engine.compiled_active_set import CompiledOracle
+from keras_structured.engine.eisner import max_projective_tree
+from keras_structured.engine.forbidden import finite_mass, replace_forbidden
+from keras_structured.engine.structure import Structure
+
+
+@numba.njit(cache=True)
+def _best_tree(scores, words, single_root, projective, heads):
+    heads[:] = -1
+    if projective:
+        max_projective_tree(scores, words, single_root, heads)
+    else:
+        max_arborescence(scores, words, single_root, heads)
+
+
+@numba.njit(cache=True)
+def _decode_batch(scores, lengths, single_root, projective):
+    heads = np.empty((scores.shape[0], scores.shape[1]), dtype=np.int64)
+    for b in range(scores.shape[0]):
+        _best_tree(scores[b], lengths[b], single_root, projective, heads[b])
+    return heads
+
+
+@numba.njit(cache=True)
+def _tree_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
+    """:class:`CompiledOracle` function: the best tree of one example's flat scores.
+
+    ``params`` is ``(n + 1, single_root, projective)``; ``length[0] < 0`` means all words.
+    """
+    size = params[0]
+    words = size - 1 if length[0] < 0 else length[0]
+    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, params[2] == 1, code_out)
+    m_out[:] = 0.0
+    for d in range(1, words + 1):
+        m_out[code_out[d] * size + d] = 1.0
+
+
+def best_trees(
+    scores: np.ndarray, lengths: np.ndarray | None = None, single_root: bool = False, projective: bool = False
+) -> np.ndarray:
+    """Highest-scoring dependency tree of every example of a batch.
+
+    Solves ``argmax_T sum_{(h, d) in T} scores[b, h, d]`` over the spanning trees
+    ``T`` of words ``1..lengths[b]`` directed away from the root 0: by
+    Chu-Liu-Edmonds in O(n^2) per example (Tarjan's dense variant), or by
+    Eisner's O(n^3) algorithm over projective trees. ``single_root`` keeps the
+    trees with exactly one arc out of the root (exactly, by lexicographic
+    weights or a last step of Eisner's algorithm). ``-inf`` scores forbid arcs:
+    they are replaced by a penalty larger than the score of any tree, so a tree
+    uses them only when every tree does.
+
+    Args:
+        scores: ``(batch, n + 1, n + 1)`` arc scores ``[head, dependent]``;
+            ``scores[:, :, 0]`` and the diagonal are ignored.
+        lengths: optional ``(batch,)`` numbers of words in ``[0, n]``; the others
+            are padding. Defaults to ``n``.
+        single_root: allow only one arc out of the root.
+        projective: allow only projective trees (no crossing arcs).
+
+    Returns:
+        ``(batch, n + 1)`` int64 heads; the root and padding words get ``-1``.
+        Ties are broken deterministically.
+
+    Example:
+        >>> scores = np.array([[[0, 5, 1], [0, 0, 2], [0, 3, 0.0]]])
+        >>> best_trees(scores)
+        array([[-1,  0,  1]])
+        >>> best_trees(scores, single_root=True, projective=True)
+        array([[-1,  0,  1]])
+    """
+    scores = np.ascontiguousarray(scores, dtype=np.float64)
+    _check_shape(scores.shape[1:])
+    batch, size = scores.shape[:2]
+    if not np.isfinite(scores).all():
+        flat = scores.reshape(batch, -1)
+        scores = replace_forbidden("eta_u", flat, finite_mass(flat))[0].reshape(scores.shape)
+    if lengths is None:
+        lengths = np.full(batch, size - 1, dtype=np.int64)
+    else:
+        lengths = np.asarray(lengths)
+        _check_lengths(lengths, batch, size - 1)
+    return _decode_batch(scores, lengths.astype(np.int64), single_root, projective)
+
+
+def _check_shape(u_shape: tuple) -> None:
+    if len(u_shape) != 2 or (None not in u_shape and (u_shape[0] != u_shape[1] or u_shape[0] < 1)):
+        raise ValueError(
+            "Dependency trees need arc scores of per-example shape (n + 1, n + 1). "
+            f"Received: eta_u per-example shape={tuple(u_shape)}"
+        )
+
+
+def _check_lengths(lengths: np.ndarray, batch: int, words: int) -> None:
+    if lengths.shape != (batch,) or np.any(lengths < 0) or np.any(lengths > words):
+        raise ValueError(
+            f"Dependency tree lengths must have shape ({batch},) with values in [0, {words}]. "
+            f"Received: lengths={lengths.tolist()}"
+        )
+
+
+class DependencyTreeStructure(Structure):
+    """Dependency trees over ``n`` words plus a root (index 0), with arc scores.
+
+    ``m_s`` (shape ``(n + 1, n + 1)``) has a one at ``[h, d]`` for every arc
+    ``h -> d`` of the tree (the columns sum to one over the words, the root
+    column is zero); there is no higher-order part. SparseMAP then solves
+    ``max_{u in arborescence polytope} <eta_u, u> - ||u||^2 / 2`` and ``u`` are
+    sparse arc marginals. Codes are the ``(n + 1,)`` head vectors, ``-1`` for the
+    root and for the padding words past ``lengths``.
+
+    Args:
+        single_root: only trees with exactly one arc out of the root.
+        projective: only projective trees (Eisner's algorithm), else any
+            spanning tree (Chu-Liu-Edmonds).
+
+    Example:
+        >>> from keras_structured.engine import solve
+        >>> scores = np.array([[[0, 2.0, 1.0], [0, 0, 1.0], [0, 1.0, 0]]])
+        >>> solve(DependencyTreeStructure(), scores).u
+        array([[[0. , 1. , 0.5],
+                [0. , 0. , 0.5],
+                [0. , 0. , 0. ]]])
+    """
+
+    def __init__(self, single_root: bool = False, projective: bool = False):
+        self.single_root = bool(single_root)
+        self.projective = bool(projective)
+
+    def map(self, eta_u, eta_v, lengths=None):
+        return best_trees(eta_u, lengths, self.single_root, self.projective)
+
+    def indicators(self, codes, u_shape, v_shape, lengths=None):
+        batch, size = codes.shape
+        m = np.zeros((batch, size, size))
+        rows, dependents = np.nonzero(codes >= 0)
+        m[rows, codes[rows, dependents], dependents] = 1.0
+        return m, np.zeros((batch,) + tuple(v_shape))
+
+    def compiled_oracle(self, u_shape, v_shape):
+        params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
+        return CompiledOracle(_tree_oracle, params, (u_shape[0],))
+
+    def validate_shapes(self, u_shape, v_shape):
+        _check_shape(u_shape)
+        super().validate_shapes(u_shape, v_shape)
+
+    def validate_lengths(self, lengths, u_shape):
+        _check_lengths(lengths, len(lengths), u_shape[0] - 1)
+
+    def get_config(self):
+        return {"single_root": self.single_root, "projective": self.projective}
