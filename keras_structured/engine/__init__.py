@@ -2,6 +2,7 @@
 
 from keras_structured.engine.budget import BudgetStructure
 from keras_structured.engine.custom import CustomStructure
+from keras_structured.engine.dependency_tree import DependencyTreeStructure
 from keras_structured.engine.matching import MatchingStructure
 from keras_structured.engine.sequence import SequenceStructure, viterbi
 from keras_structured.engine.simplex import SimplexStructure
@@ -16,6 +17,7 @@ from keras_structured.engine.structure import Structure, structure_from_config, 
 __all__ = [
     "BudgetStructure",
     "CustomStructure",
+    "DependencyTreeStructure",
     "MatchingStructure",
     "METHODS",
     "SequenceStructure",

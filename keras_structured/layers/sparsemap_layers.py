@@ -17,13 +17,13 @@ import tensorflow as tf
 
 from keras_structured.engine import (
     BudgetStructure,
+    DependencyTreeStructure,
     MatchingStructure,
     SequenceStructure,
     Structure,
     structure_from_config,
     structure_to_config,
 )
-from keras_structured.engine.dependency_tree import DependencyTreeStructure
 from keras_structured.engine.solve import METHODS
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 
