@@ -1,7 +1,9 @@
-"""keras-structured quickstart: sparsemax vs softmax, then SparseMAP on a small tagging instance.
+"""keras-structured quickstart: sparsemax vs softmax, then SparseMAP over tag sequences,
+dependency trees and matchings.
 
-SparseMAP returns a sparse combination of a few whole structures (here: label
-sequences), found with only a MAP oracle (Viterbi), and is differentiable.
+SparseMAP returns a sparse combination of a few whole structures (label
+sequences, parse trees, alignments), found with only a MAP oracle (Viterbi,
+Chu-Liu-Edmonds, Hungarian), and is differentiable.
 
 Run:  python examples/quickstart.py [--seed 0] [--length 6] [--labels 3]
 """
@@ -17,6 +19,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_structured as ks  # noqa: E402
+from keras_structured.engine import DependencyTreeStructure, MatchingStructure  # noqa: E402
 
 TAGS = ["DET", "NOUN", "VERB", "ADJ", "ADV", "PRON"]
 
@@ -54,6 +57,44 @@ def show_sparsemap(seed: int, length: int, num_labels: int) -> None:
     print("d u[0, 0] / d unary[0] =", np.round(grad.numpy()[0, 0], 3))
 
 
+def show_trees(seed: int) -> None:
+    words = ["<root>", "I", "saw", "her", "duck"]
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(1, 5, 5)) * 0.1
+    scores[0, 0, 2] += 2.0  # root -> saw
+    scores[0, 2, 1] += 2.0  # saw -> I
+    scores[0, 2, 3] += 1.0  # saw -> her: "her" is the object ...
+    scores[0, 3, 4] += 0.6  # her -> duck
+    scores[0, 4, 3] += 0.6  # ... or "her duck": duck -> her
+    scores[0, 2, 4] += 1.0  # saw -> duck
+    u, _, info = ks.sparsemap(
+        DependencyTreeStructure(single_root=True), tf.constant(scores), return_info=True
+    )
+    print("\nSparseMAP over the dependency trees of 'I saw her duck' (Chu-Liu-Edmonds oracle):")
+    for weight, heads in _active(info):
+        arcs = ", ".join(f"{words[h]}->{words[d]}" for d, h in enumerate(heads) if d > 0)
+        print(f"  {weight:6.3f}  {arcs}")
+    print("arc marginals u[head, modifier]:")
+    print(np.round(u.numpy()[0], 3))
+
+
+def show_matching(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    scores = np.eye(4) + rng.normal(size=(4, 4)) * 0.5
+    u, _, info = ks.sparsemap(MatchingStructure(), tf.constant(scores[None]), return_info=True)
+    print("\nSparseMAP over the 4! = 24 matchings of a 4x4 alignment (Hungarian oracle):")
+    for weight, columns in _active(info):
+        print(f"  {weight:6.3f}  " + " ".join(f"{i}->{j}" for i, j in enumerate(columns)))
+    print("alignment u:")
+    print(np.round(u.numpy()[0], 3))
+
+
+def _active(info):
+    weights, structures = info["weights"].numpy()[0], info["structures"].numpy()[0]
+    order = np.argsort(-weights)
+    return [(weights[i], structures[i]) for i in order if weights[i] > 0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -66,6 +107,8 @@ def main() -> None:
     args = parser.parse_args()
     show_sparsemax()
     show_sparsemap(args.seed, args.length, args.labels)
+    show_trees(args.seed)
+    show_matching(args.seed)
 
 
 if __name__ == "__main__":
