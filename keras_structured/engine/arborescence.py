@@ -17,13 +17,13 @@ import numpy as np
 _UNTOUCHED, _ON_PATH, _DONE = 0, 1, 2
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _better(rank: int, weight: float, best_rank: int, best_weight: float) -> bool:
     """Lexicographic ``(rank, weight) > (best_rank, best_weight)``; ties keep the incumbent."""
     return rank > best_rank or (rank == best_rank and weight > best_weight)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _initial_tables(scores, n, single_root):
     """Best arc between every two slots: weight, rank and original arc ``head * (n + 1) + dependent``."""
     size = n + 1
@@ -38,7 +38,7 @@ def _initial_tables(scores, n, single_root):
     return weight, rank, arc
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _best_entering(target, node_at, weight, rank):
     """Slot of the live node with the best arc into slot ``target`` (smallest slot on ties)."""
     best = -1
@@ -50,7 +50,7 @@ def _best_entering(target, node_at, weight, rank):
     return best
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _contract(cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_rank, parent):
     """Merge the nodes of ``cycle`` into supernode ``new``, which takes the first one's slot.
 
@@ -86,7 +86,7 @@ def _contract(cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_ran
     slot_of[new] = slots[0]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _expand(n, count, parent, in_arc, heads):
     """Undo the contractions, newest first: the arc entering a supernode replaces the
     cycle arc into the member that contains its original dependent."""
@@ -100,7 +100,7 @@ def _expand(n, count, parent, in_arc, heads):
         heads[d] = in_arc[d] // size
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.ndarray) -> None:
     """Write into ``heads[1..n]`` the heads of the maximum spanning arborescence rooted at 0.
 

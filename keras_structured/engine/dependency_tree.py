@@ -12,7 +12,7 @@ from keras_structured.engine.forbidden import finite_mass, replace_forbidden
 from keras_structured.engine.structure import Structure
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _best_tree(scores, words, single_root, projective, heads):
     heads[:] = -1
     if projective:
@@ -21,7 +21,7 @@ def _best_tree(scores, words, single_root, projective, heads):
         max_arborescence(scores, words, single_root, heads)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _decode_batch(scores, lengths, single_root, projective):
     heads = np.empty((scores.shape[0], scores.shape[1]), dtype=np.int64)
     for b in range(scores.shape[0]):
@@ -29,7 +29,7 @@ def _decode_batch(scores, lengths, single_root, projective):
     return heads
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _tree_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
     """:class:`CompiledOracle` function: the best tree of one example's flat scores.
 

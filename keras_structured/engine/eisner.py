@@ -16,7 +16,7 @@ import numpy as np
 _LEFT, _RIGHT = 0, 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_charts(scores, n, first):
     """Best scores and split points of all spans inside ``first..n``."""
     size = n + 1
@@ -53,13 +53,13 @@ def _fill_charts(scores, n, first):
     return complete, complete_split, incomplete_split
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _push(stack, top, s, t, direction, is_complete):
     stack[top, 0], stack[top, 1], stack[top, 2], stack[top, 3] = s, t, direction, is_complete
     return top + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _backtrack(stack, top, complete_split, incomplete_split, heads):
     """Read the arcs off the split points; ``stack[:top]`` holds spans ``(s, t, direction, complete)``."""
     while top > 0:
@@ -85,7 +85,7 @@ def _backtrack(stack, top, complete_split, incomplete_split, heads):
             top = _push(stack, top, r + 1, t, _LEFT, 1)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def max_projective_tree(scores: np.ndarray, n: int, single_root: bool, heads: np.ndarray) -> None:
     """Write into ``heads[1..n]`` the heads of the best projective tree rooted at 0.
 
