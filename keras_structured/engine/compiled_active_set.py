@@ -54,15 +54,43 @@ def _dot(a, b):
 
 # Active structure i lives in buffer row slots[i]; rows slots[k:] are free, so
 # dropping a structure only shifts the small ``slots`` array, never buffer rows.
+# Rows are sparse (indices, values, width): indicator vectors have few nonzeros.
 
 
 @nb.njit(cache=True, nogil=True)
-def _border(Mb, slots, kinv, k, m):
+def _row_dot(indices, values, widths, row, dense):
+    total = 0.0
+    for j in range(widths[row]):
+        total += values[row, j] * dense[indices[row, j]]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def _store_row(indices, values, widths, row, dense):
+    """Store the nonzeros of ``dense`` in ``row``, widening the buffers if needed."""
+    count = np.count_nonzero(dense)
+    if count > indices.shape[1]:
+        wider_indices = np.zeros((indices.shape[0], 2 * count), np.int64)
+        wider_values = np.zeros((indices.shape[0], 2 * count))
+        wider_indices[:, : indices.shape[1]] = indices
+        wider_values[:, : indices.shape[1]] = values
+        indices, values = wider_indices, wider_values
+    count = 0
+    for j in range(dense.shape[0]):
+        if dense[j] != 0.0:
+            indices[row, count], values[row, count] = j, dense[j]
+            count += 1
+    widths[row] = count
+    return indices, values
+
+
+@nb.njit(cache=True, nogil=True)
+def _border(Mi, Mv, Mw, slots, kinv, k, m):
     """``w = K^{-1} [1; M_I m]`` and the Schur complement ``m.m - [1; M_I m].w``."""
     border = np.empty(k + 1)
     border[0] = 1.0
     for i in range(k):
-        border[i + 1] = _dot(Mb[slots[i]], m)
+        border[i + 1] = _row_dot(Mi, Mv, Mw, slots[i], m)
     w = np.zeros(k + 1)
     for i in range(k + 1):
         for j in range(k + 1):
@@ -71,18 +99,23 @@ def _border(Mb, slots, kinv, k, m):
 
 
 @nb.njit(cache=True, nogil=True)
-def _refactor(Mb, slots, kinv, k):
+def _refactor(Mi, Mv, Mw, slots, kinv, k, scratch):
     """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse)."""
     kkt = np.zeros((k + 1, k + 1))
     for i in range(k):
         kkt[0, i + 1] = kkt[i + 1, 0] = 1.0
+        row = slots[i]
+        for j in range(Mw[row]):
+            scratch[Mi[row, j]] = Mv[row, j]
         for j in range(i, k):
-            kkt[i + 1, j + 1] = kkt[j + 1, i + 1] = _dot(Mb[slots[i]], Mb[slots[j]])
+            kkt[i + 1, j + 1] = kkt[j + 1, i + 1] = _row_dot(Mi, Mv, Mw, slots[j], scratch)
+        for j in range(Mw[row]):
+            scratch[Mi[row, j]] = 0.0
     kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt)
 
 
 @nb.njit(cache=True, nogil=True)
-def _drop(Mb, slots, y, theta, kinv, k, i):
+def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch):
     """Remove active structure ``i`` (downdating ``K^{-1}``); returns the new size."""
     j = i + 1
     pivot = kinv[j, j]
@@ -102,15 +135,16 @@ def _drop(Mb, slots, y, theta, kinv, k, i):
         theta[a] = theta[a + 1]
     slots[k - 1] = freed
     if abs(pivot) < 1e-12:
-        _refactor(Mb, slots, kinv, k - 1)
+        _refactor(Mi, Mv, Mw, slots, kinv, k - 1, scratch)
     return k - 1
 
 
 @nb.njit(cache=True, nogil=True)
-def _enter(Mb, Nb, Cb, slots, y, theta, kinv, k, m, n, code, score):
-    """Add a structure of score ``theta_s = score`` (pivoting out affinely dependent ones)."""
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, score, scratch):
+    """Add structure ``m`` of score ``theta_s = score`` in row ``slots[k]``, whose sparse
+    unary part the caller stores; affinely dependent active structures are pivoted out."""
     weight = 0.0
-    w, schur = _border(Mb, slots, kinv, k, m)
+    w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m)
     while schur <= _AFFINE_TOL * max(1.0, _dot(m, m)):
         leave, gamma = -1, np.inf
         for i in range(k):
@@ -121,21 +155,19 @@ def _enter(Mb, Nb, Cb, slots, y, theta, kinv, k, m, n, code, score):
         for i in range(k):
             y[i] = max(y[i] - gamma * w[i + 1], 0.0)
         weight += gamma
-        k = _drop(Mb, slots, y, theta, kinv, k, leave)
-        w, schur = _border(Mb, slots, kinv, k, m)
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
+        w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m)
     for a in range(k + 1):
         for b in range(k + 1):
             kinv[a, b] += w[a] * w[b] / schur
         kinv[a, k + 1] = kinv[k + 1, a] = -w[a] / schur
     kinv[k + 1, k + 1] = 1.0 / schur
-    row = slots[k]
-    Mb[row], Nb[row], Cb[row] = m, n, code
     y[k], theta[k] = weight, score
     return k + 1
 
 
 @nb.njit(cache=True, nogil=True)
-def _solve_relaxed(Mb, slots, y, theta, kinv, k):
+def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch):
     """Solve the KKT system on the active set, dropping structures until feasible."""
     refactored = False
     while True:
@@ -147,7 +179,7 @@ def _solve_relaxed(Mb, slots, y, theta, kinv, k):
                 y_hat[i] += kinv[i + 1, j + 1] * theta[j]
             total += y_hat[i]
         if abs(total - 1.0) > 1e-8 and not refactored:
-            _refactor(Mb, slots, kinv, k)
+            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
             refactored = True
             continue
         leave, gamma = -1, np.inf
@@ -159,7 +191,7 @@ def _solve_relaxed(Mb, slots, y, theta, kinv, k):
             return k
         for i in range(k):
             y[i] = max(y[i] + gamma * (y_hat[i] - y[i]), 0.0)
-        k = _drop(Mb, slots, y, theta, kinv, k, leave)
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
         refactored = False
 
 
@@ -178,46 +210,58 @@ def _find(Cb, slots, k, code):
 
 
 @nb.njit(cache=True, nogil=True)
-def _grow(Mb, Nb, Cb, slots, y, theta, kinv):
-    old, cap = Mb.shape[0], 2 * Mb.shape[0]
-    new_M, new_N = np.zeros((cap, Mb.shape[1])), np.zeros((cap, Nb.shape[1]))
-    new_C = np.zeros((cap, Cb.shape[1]), Cb.dtype)
-    new_slots = np.arange(cap)
-    new_y, new_theta, new_kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
-    new_M[:old], new_N[:old], new_C[:old], new_slots[:old] = Mb, Nb, Cb, slots
-    new_y[:old], new_theta[:old] = y, theta
-    new_kinv[: old + 1, : old + 1] = kinv
-    return new_M, new_N, new_C, new_slots, new_y, new_theta, new_kinv
+def _grow_2d(buffer, rows):
+    grown = np.zeros((rows, buffer.shape[1]), buffer.dtype)
+    grown[: buffer.shape[0]] = buffer
+    return grown
 
 
 @nb.njit(cache=True, nogil=True)
-def _sparse_rows(buffer, slots, k):
-    """Index/value lists of the active rows (see :func:`keras_structured.engine.jacobian.sparse_rows`)."""
+def _grow_1d(buffer, rows):
+    grown = np.zeros(rows, buffer.dtype)
+    grown[: buffer.shape[0]] = buffer
+    return grown
+
+
+@nb.njit(cache=True, nogil=True)
+def _combine(indices, values, widths, slots, y, k, size):
+    """``sum_i y_i row_i`` as a dense vector of ``size``."""
+    out = np.zeros(size)
+    for i in range(k):
+        row = slots[i]
+        for j in range(widths[row]):
+            out[indices[row, j]] += y[i] * values[row, j]
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _active_rows(indices, values, widths, slots, k):
+    """Index/value lists of the active rows, as :func:`keras_structured.engine.jacobian.sparse_rows`."""
     width = 0
     for i in range(k):
-        width = max(width, np.count_nonzero(buffer[slots[i]]))
-    indices, values = np.zeros((k, width), np.int64), np.zeros((k, width))
+        width = max(width, widths[slots[i]])
+    out_indices, out_values = np.zeros((k, width), np.int64), np.zeros((k, width))
     for i in range(k):
-        row, count = buffer[slots[i]], 0
-        for j in range(row.shape[0]):
-            if row[j] != 0.0:
-                indices[i, count], values[i, count] = j, row[j]
-                count += 1
-    return indices, values
+        row = slots[i]
+        out_indices[i, : widths[row]] = indices[row, : widths[row]]
+        out_values[i, : widths[row]] = values[row, : widths[row]]
+    return out_indices, out_values
 
 
 @nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
 def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
     """Active-set SparseMAP of one example, MAP calls to ``oracle`` included."""
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
-    Mb, Nb = np.zeros((cap, du)), np.zeros((cap, dv))
+    Mi, Mv, Mw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
+    Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Cb, slots = np.zeros((cap, code_size), np.int64), np.arange(cap)
     y, theta, kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
-    m, n, code = np.zeros(du), np.zeros(dv), np.zeros(code_size, np.int64)
+    m, n, code, scratch = np.zeros(du), np.zeros(dv), np.zeros(code_size, np.int64), np.zeros(du)
     oracle(eta_u, eta_v, length, params, m, n, code)
-    score = _dot(eta_u, m) + _dot(eta_v, n)
-    Mb[0], Nb[0], Cb[0] = m, n, code
-    y[0], theta[0] = 1.0, score
+    Mi, Mv = _store_row(Mi, Mv, Mw, 0, m)
+    Ni, Nv = _store_row(Ni, Nv, Nw, 0, n)
+    Cb[0] = code
+    y[0], theta[0] = 1.0, _dot(eta_u, m) + _dot(eta_v, n)
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m, m), 1.0, 1.0
     k, u = 1, m.copy()
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
@@ -237,22 +281,30 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
             if stalls > 1:
                 status = STALLED
                 break
-            _refactor(Mb, slots, kinv, k)
+            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
         else:
-            if k + 1 >= Mb.shape[0]:
-                Mb, Nb, Cb, slots, y, theta, kinv = _grow(Mb, Nb, Cb, slots, y, theta, kinv)
-            k = _enter(Mb, Nb, Cb, slots, y, theta, kinv, k, m, n, code, score)
-        k = _solve_relaxed(Mb, slots, y, theta, kinv, k)
-        u = np.zeros(du)
-        for i in range(k):
-            u += y[i] * Mb[slots[i]]
-    v = np.zeros(dv)
+            if k + 1 >= slots.shape[0]:
+                cap = 2 * slots.shape[0]
+                Mi, Mv, Mw = _grow_2d(Mi, cap), _grow_2d(Mv, cap), _grow_1d(Mw, cap)
+                Ni, Nv, Nw = _grow_2d(Ni, cap), _grow_2d(Nv, cap), _grow_1d(Nw, cap)
+                Cb, y, theta = _grow_2d(Cb, cap), _grow_1d(y, cap), _grow_1d(theta, cap)
+                slots = np.concatenate((slots, np.arange(slots.shape[0], cap)))
+                grown = np.zeros((cap + 1, cap + 1))
+                grown[: kinv.shape[0], : kinv.shape[1]] = kinv
+                kinv = grown
+            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, score, scratch)
+            row = slots[k - 1]
+            Mi, Mv = _store_row(Mi, Mv, Mw, row, m)
+            Ni, Nv = _store_row(Ni, Nv, Nw, row, n)
+            Cb[row] = code
+        k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch)
+        u = _combine(Mi, Mv, Mw, slots, y, k, du)
+    v = _combine(Ni, Nv, Nw, slots, y, k, dv)
     codes = np.zeros((k, code_size), np.int64)
     for i in range(k):
-        v += y[i] * Nb[slots[i]]
         codes[i] = Cb[slots[i]]
-    m_indices, m_values = _sparse_rows(Mb, slots, k)
-    n_indices, n_values = _sparse_rows(Nb, slots, k)
+    m_indices, m_values = _active_rows(Mi, Mv, Mw, slots, k)
+    n_indices, n_values = _active_rows(Ni, Nv, Nw, slots, k)
     weights = kinv[1 : k + 1, 1 : k + 1].copy()
     return (u, v, m_indices, m_values, n_indices, n_values, codes, y[:k].copy(), weights, gap, calls, status)
 
