@@ -225,3 +225,17 @@ def test_bad_arguments_raise():
 def test_config_round_trip(unmatched_score):
     rebuilt = structure_from_config(structure_to_config(MatchingStructure(unmatched_score)))
     assert isinstance(rebuilt, MatchingStructure) and rebuilt.unmatched_score == unmatched_score
+
+
+@pytest.mark.parametrize("unmatched_score", [None, 0.0])
+@pytest.mark.parametrize("shape", [(4, 4), (3, 6), (6, 3), (1, 5)])
+def test_compiled_oracle_matches_scipy(unmatched_score, shape):
+    rng = np.random.default_rng(sum(shape))
+    scores = rng.normal(size=(12,) + shape)
+    lengths = np.stack([rng.integers(0, shape[0] + 1, 12), rng.integers(0, shape[1] + 1, 12)], axis=1)
+    structure = MatchingStructure(unmatched_score)
+    for sizes in (None, lengths):
+        fast = solve(structure, scores, lengths=sizes, tol=1e-12)
+        slow = solve(structure, scores, lengths=sizes, tol=1e-12, compiled=False)
+        np.testing.assert_allclose(fast.u, slow.u, atol=1e-9)
+        assert fast.converged.all()

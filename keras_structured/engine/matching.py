@@ -2,10 +2,81 @@
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.structure import Structure
+
+
+@nb.njit(cache=True, nogil=True)
+def _max_assignment(scores):
+    """Column of every row in a maximum-score assignment of ``scores`` (rows <= columns).
+
+    The Hungarian algorithm with potentials (Kuhn-Munkres, O(rows^2 columns)).
+    """
+    rows, cols = scores.shape
+    row_potential, col_potential = np.zeros(rows + 1), np.zeros(cols + 1)
+    owner, way = np.zeros(cols + 1, np.int64), np.zeros(cols + 1, np.int64)
+    for i in range(1, rows + 1):
+        owner[0], j0 = i, 0
+        slack, used = np.full(cols + 1, np.inf), np.zeros(cols + 1, np.bool_)
+        while True:
+            used[j0] = True
+            i0, delta, j1 = owner[j0], np.inf, 0
+            for j in range(1, cols + 1):
+                if not used[j]:
+                    reduced = -scores[i0 - 1, j - 1] - row_potential[i0] - col_potential[j]
+                    if reduced < slack[j]:
+                        slack[j], way[j] = reduced, j0
+                    if slack[j] < delta:
+                        delta, j1 = slack[j], j
+            for j in range(cols + 1):
+                if used[j]:
+                    row_potential[owner[j]] += delta
+                    col_potential[j] -= delta
+                else:
+                    slack[j] -= delta
+            j0 = j1
+            if owner[j0] == 0:
+                break
+        while j0 != 0:
+            j1 = way[j0]
+            owner[j0] = owner[j1]
+            j0 = j1
+    assignment = np.full(rows, -1, np.int64)
+    for j in range(1, cols + 1):
+        if owner[j] > 0:
+            assignment[owner[j] - 1] = j - 1
+    return assignment
+
+
+@nb.njit(cache=True, nogil=True)
+def _matching_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
+    """Compiled matching MAP on one example's flat ``(m, n)`` scores, in place."""
+    rows, cols, partial = params[0], params[1], params[2]
+    used_rows = rows if length[0] < 0 else length[0]
+    used_cols = cols if length[0] < 0 else length[1]
+    m_out[:] = 0.0
+    code_out[:] = -1
+    if used_rows == 0 or used_cols == 0:
+        return
+    scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols].copy()
+    if partial:
+        scores = np.maximum(scores, 0.0)
+    if used_rows <= used_cols:
+        for i, j in enumerate(_max_assignment(scores)):
+            code_out[i] = j
+    else:
+        for j, i in enumerate(_max_assignment(scores.T.copy())):
+            code_out[i] = j
+    for i in range(used_rows):
+        j = code_out[i]
+        if j >= 0 and partial and scores_u[i * cols + j] <= 0.0:
+            code_out[i] = -1
+        elif j >= 0:
+            m_out[i * cols + j] = 1.0
 
 
 class MatchingStructure(Structure):
@@ -87,6 +158,12 @@ class MatchingStructure(Structure):
         examples, rows = np.nonzero(codes >= 0)
         m[examples, rows, codes[examples, rows]] = 1.0
         return m, np.zeros((batch,) + tuple(v_shape))
+
+    def compiled_oracle(self, u_shape, v_shape):
+        if self.unmatched_score not in (None, 0.0):
+            return None
+        params = np.array([u_shape[0], u_shape[1], self.unmatched_score is not None], dtype=np.int64)
+        return CompiledOracle(_matching_oracle, params, (u_shape[0],))
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         if len(u_shape) != 2:
