@@ -90,10 +90,12 @@ def seconds_per_call(function, repeats: int) -> float:
 
 
 @nb.njit
-def _repeat_oracle(oracle, eta_u, eta_v, length, params, code_size, repeats):
-    m, n, code = np.zeros(eta_u.shape[0]), np.zeros(eta_v.shape[0]), np.zeros(code_size, np.int64)
+def _repeat_oracle(oracle, eta_u, eta_v, length, params, code_size, nonzeros, repeats):
+    m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
+    n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
+    code = np.zeros(code_size, np.int64)
     for r in range(repeats):
-        oracle(eta_u - 1e-3 * r, eta_v, length, params, m, n, code)
+        oracle(eta_u - 1e-3 * r, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
 
 
 def oracle_share(structure: Structure, eta_u: np.ndarray, eta_v: np.ndarray, repeats: int):
@@ -113,11 +115,12 @@ def oracle_share(structure: Structure, eta_u: np.ndarray, eta_v: np.ndarray, rep
         return float(calls.mean()), min(1.0, float(calls.sum()) * per_call / solve_time)
     code_size = int(np.prod(compiled.code_shape))
     full = np.full(1, -1, np.int64)
+    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
 
     def run_oracles():
         for b in range(batch):
             _repeat_oracle(
-                compiled.function, flat_u[b], flat_v[b], full, compiled.params, code_size, calls[b]
+                compiled.function, flat_u[b], flat_v[b], full, compiled.params, code_size, nonzeros, calls[b]
             )
 
     return float(calls.mean()), seconds_per_call(run_oracles, repeats) / solve_time

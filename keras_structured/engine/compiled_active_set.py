@@ -7,9 +7,12 @@ included, runs without returning to Python. The tests check that both agree.
 
 A structure opts in by implementing ``compiled_oracle()`` that returns a
 :class:`CompiledOracle`: a numba function
-``oracle(scores_u, scores_v, length, params, m_out, n_out, code_out)`` that writes
-the MAP structure's flat indicator vectors and integer code in place, plus its
-integer ``params`` and the code size.
+``oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code)``
+that writes the MAP structure's flat indicator vectors as sparse lists and its
+integer code in place and returns the numbers of nonzeros ``(count_u, count_v)``,
+plus the structure's integer ``params``, code shape and bounds on the nonzeros.
+Everything the kernel does per iteration then costs O(nonzeros) or O(|I|^2),
+except handing the oracle its dense scores.
 """
 
 from __future__ import annotations
@@ -33,15 +36,20 @@ class CompiledOracle:
     """A numba MAP oracle with its structure-specific parameters.
 
     Attributes:
-        function: ``oracle(scores_u, scores_v, length, params, m_out, n_out, code_out)``.
+        function: ``oracle(scores_u, scores_v, length, params, m_indices, m_values,
+            n_indices, n_values, code) -> (count_u, count_v)``.
         params: int64 array of structure parameters (sizes, options).
         code_shape: shape of the integer code of one structure, as :meth:`Structure.map`
             returns it per example (the oracle writes it flattened).
+        nonzeros_u: most nonzeros of a unary indicator vector.
+        nonzeros_v: most nonzeros of a higher-order indicator vector.
     """
 
     function: object
     params: np.ndarray
     code_shape: tuple
+    nonzeros_u: int
+    nonzeros_v: int = 0
 
 
 @nb.njit(cache=True, nogil=True)
@@ -66,27 +74,31 @@ def _row_dot(indices, values, widths, row, dense):
 
 
 @nb.njit(cache=True, nogil=True)
-def _store_row(indices, values, widths, row, dense):
-    """Store the nonzeros of ``dense`` in ``row``, widening the buffers if needed."""
-    count = np.count_nonzero(dense)
+def _store_row(indices, values, widths, row, new_indices, new_values, count):
+    """Store a sparse vector in ``row``, widening the buffers if needed."""
     if count > indices.shape[1]:
         wider_indices = np.zeros((indices.shape[0], 2 * count), np.int64)
         wider_values = np.zeros((indices.shape[0], 2 * count))
         wider_indices[:, : indices.shape[1]] = indices
         wider_values[:, : indices.shape[1]] = values
         indices, values = wider_indices, wider_values
-    count = 0
-    for j in range(dense.shape[0]):
-        if dense[j] != 0.0:
-            indices[row, count], values[row, count] = j, dense[j]
-            count += 1
+    indices[row, :count] = new_indices[:count]
+    values[row, :count] = new_values[:count]
     widths[row] = count
     return indices, values
 
 
 @nb.njit(cache=True, nogil=True)
-def _border(Mi, Mv, Mw, slots, kinv, k, m):
-    """``w = K^{-1} [1; M_I m]`` and the Schur complement ``m.m - [1; M_I m].w``."""
+def _sparse_dot(indices, values, count, dense):
+    total = 0.0
+    for j in range(count):
+        total += values[j] * dense[indices[j]]
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared):
+    """``w = K^{-1} [1; M_I m]`` and the Schur complement ``m.m - [1; M_I m].w`` (m dense)."""
     border = np.empty(k + 1)
     border[0] = 1.0
     for i in range(k):
@@ -95,7 +107,7 @@ def _border(Mi, Mv, Mw, slots, kinv, k, m):
     for i in range(k + 1):
         for j in range(k + 1):
             w[i] += kinv[i, j] * border[j]
-    return w, _dot(m, m) - _dot(border, w)
+    return w, m_squared - _dot(border, w)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -140,12 +152,12 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch):
 
 
 @nb.njit(cache=True, nogil=True)
-def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, score, scratch):
-    """Add structure ``m`` of score ``theta_s = score`` in row ``slots[k]``, whose sparse
-    unary part the caller stores; affinely dependent active structures are pivoted out."""
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch):
+    """Add structure ``m`` (dense) of score ``theta_s = score`` at row ``slots[k]``, whose
+    sparse parts the caller stores; affinely dependent active structures are pivoted out."""
     weight = 0.0
-    w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m)
-    while schur <= _AFFINE_TOL * max(1.0, _dot(m, m)):
+    w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared)
+    while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = -1, np.inf
         for i in range(k):
             if w[i + 1] > 1e-12 and y[i] / w[i + 1] < gamma:
@@ -156,7 +168,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, score, scratch):
             y[i] = max(y[i] - gamma * w[i + 1], 0.0)
         weight += gamma
         k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
-        w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m)
+        w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared)
     for a in range(k + 1):
         for b in range(k + 1):
             kinv[a, b] += w[a] * w[b] / schur
@@ -249,31 +261,39 @@ def _active_rows(indices, values, widths, slots, k):
 
 
 @nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
-def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
+def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter):
     """Active-set SparseMAP of one example, MAP calls to ``oracle`` included."""
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
     Mi, Mv, Mw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Cb, slots = np.zeros((cap, code_size), np.int64), np.arange(cap)
     y, theta, kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
-    m, n, code, scratch = np.zeros(du), np.zeros(dv), np.zeros(code_size, np.int64), np.zeros(du)
-    oracle(eta_u, eta_v, length, params, m, n, code)
-    Mi, Mv = _store_row(Mi, Mv, Mw, 0, m)
-    Ni, Nv = _store_row(Ni, Nv, Nw, 0, n)
+    m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
+    n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
+    code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
+    count_u, count_v = oracle(eta_u, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
+    Mi, Mv = _store_row(Mi, Mv, Mw, 0, m_indices, m_values, count_u)
+    Ni, Nv = _store_row(Ni, Nv, Nw, 0, n_indices, n_values, count_v)
     Cb[0] = code
-    y[0], theta[0] = 1.0, _dot(eta_u, m) + _dot(eta_v, n)
-    kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m, m), 1.0, 1.0
-    k, u = 1, m.copy()
+    y[0] = 1.0
+    theta[0] = _sparse_dot(m_indices, m_values, count_u, eta_u) + _sparse_dot(
+        n_indices, n_values, count_v, eta_v
+    )
+    kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
+    k, u = 1, _combine(Mi, Mv, Mw, slots, y, 1, du)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
     for _ in range(max_iter):
-        oracle(eta_u - u, eta_v, length, params, m, n, code)
+        count_u, count_v = oracle(
+            eta_u - u, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
+        )
         calls += 1
         # <eta_u, u> + <eta_v, v> = sum_i y_i theta_i: v itself is only needed at the end.
         linear = _dot(y[:k], theta[:k])
-        objective = linear - 0.5 * _dot(u, u)
-        score = _dot(eta_u, m) + _dot(eta_v, n)
-        gap = max(score - _dot(m, u) - linear + _dot(u, u), 0.0)
-        if gap <= tol * max(1.0, abs(objective)):
+        u_squared = _dot(u, u)
+        score = _sparse_dot(m_indices, m_values, count_u, eta_u)
+        score += _sparse_dot(n_indices, n_values, count_v, eta_v)
+        gap = max(score - _sparse_dot(m_indices, m_values, count_u, u) - linear + u_squared, 0.0)
+        if gap <= tol * max(1.0, abs(linear - 0.5 * u_squared)):
             status = CONVERGED
             break
         if _find(Cb, slots, k, code) >= 0:
@@ -292,10 +312,15 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
                 grown = np.zeros((cap + 1, cap + 1))
                 grown[: kinv.shape[0], : kinv.shape[1]] = kinv
                 kinv = grown
-            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, score, scratch)
+            for j in range(count_u):
+                m[m_indices[j]] = m_values[j]
+            m_squared = _dot(m_values[:count_u], m_values[:count_u])
+            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch)
+            for j in range(count_u):
+                m[m_indices[j]] = 0.0
             row = slots[k - 1]
-            Mi, Mv = _store_row(Mi, Mv, Mw, row, m)
-            Ni, Nv = _store_row(Ni, Nv, Nw, row, n)
+            Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
+            Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
             Cb[row] = code
         k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch)
         u = _combine(Mi, Mv, Mw, slots, y, k, du)
@@ -303,10 +328,23 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, tol, max_iter):
     codes = np.zeros((k, code_size), np.int64)
     for i in range(k):
         codes[i] = Cb[slots[i]]
-    m_indices, m_values = _active_rows(Mi, Mv, Mw, slots, k)
-    n_indices, n_values = _active_rows(Ni, Nv, Nw, slots, k)
+    m_rows, m_row_values = _active_rows(Mi, Mv, Mw, slots, k)
+    n_rows, n_row_values = _active_rows(Ni, Nv, Nw, slots, k)
     weights = kinv[1 : k + 1, 1 : k + 1].copy()
-    return (u, v, m_indices, m_values, n_indices, n_values, codes, y[:k].copy(), weights, gap, calls, status)
+    return (
+        u,
+        v,
+        m_rows,
+        m_row_values,
+        n_rows,
+        n_row_values,
+        codes,
+        y[:k].copy(),
+        weights,
+        gap,
+        calls,
+        status,
+    )
 
 
 def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int):
@@ -322,9 +360,12 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
     else:
         sizes = lengths.reshape(batch, -1).astype(np.int64)
     oracle, params, code_size = compiled.function, compiled.params, int(np.prod(compiled.code_shape))
+    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
 
     def solve_example(b):
-        result = _solve_one(oracle, flat_u[b], flat_v[b], sizes[b], params, code_size, tol, max_iter)
+        result = _solve_one(
+            oracle, flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, tol, max_iter
+        )
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]
 

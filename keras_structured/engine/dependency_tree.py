@@ -30,17 +30,17 @@ def _decode_batch(scores, lengths, single_root, projective):
 
 
 @numba.njit(cache=True, nogil=True)
-def _tree_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
+def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
     """:class:`CompiledOracle` function: the best tree of one example's flat scores.
 
     ``params`` is ``(n + 1, single_root, projective)``; ``length[0] < 0`` means all words.
     """
     size = params[0]
     words = size - 1 if length[0] < 0 else length[0]
-    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, params[2] == 1, code_out)
-    m_out[:] = 0.0
+    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, params[2] == 1, code)
     for d in range(1, words + 1):
-        m_out[code_out[d] * size + d] = 1.0
+        m_indices[d - 1], m_values[d - 1] = code[d] * size + d, 1.0
+    return words, 0
 
 
 def best_trees(
@@ -146,7 +146,7 @@ class DependencyTreeStructure(Structure):
 
     def compiled_oracle(self, u_shape, v_shape):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
-        return CompiledOracle(_tree_oracle, params, (u_shape[0],))
+        return CompiledOracle(_tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0))
 
     def validate_shapes(self, u_shape, v_shape):
         _check_shape(u_shape)

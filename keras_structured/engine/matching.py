@@ -53,30 +53,32 @@ def _max_assignment(scores):
 
 
 @nb.njit(cache=True, nogil=True)
-def _matching_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
-    """Compiled matching MAP on one example's flat ``(m, n)`` scores, in place."""
+def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """Compiled matching MAP on one example's flat ``(m, n)`` scores (see :class:`CompiledOracle`)."""
     rows, cols, partial = params[0], params[1], params[2]
     used_rows = rows if length[0] < 0 else length[0]
     used_cols = cols if length[0] < 0 else length[1]
-    m_out[:] = 0.0
-    code_out[:] = -1
+    code[:] = -1
     if used_rows == 0 or used_cols == 0:
-        return
+        return 0, 0
     scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols].copy()
     if partial:
         scores = np.maximum(scores, 0.0)
     if used_rows <= used_cols:
         for i, j in enumerate(_max_assignment(scores)):
-            code_out[i] = j
+            code[i] = j
     else:
         for j, i in enumerate(_max_assignment(scores.T.copy())):
-            code_out[i] = j
+            code[i] = j
+    count = 0
     for i in range(used_rows):
-        j = code_out[i]
+        j = code[i]
         if j >= 0 and partial and scores_u[i * cols + j] <= 0.0:
-            code_out[i] = -1
+            code[i] = -1
         elif j >= 0:
-            m_out[i * cols + j] = 1.0
+            m_indices[count], m_values[count] = i * cols + j, 1.0
+            count += 1
+    return count, 0
 
 
 class MatchingStructure(Structure):
@@ -163,7 +165,7 @@ class MatchingStructure(Structure):
         if self.unmatched_score not in (None, 0.0):
             return None
         params = np.array([u_shape[0], u_shape[1], self.unmatched_score is not None], dtype=np.int64)
-        return CompiledOracle(_matching_oracle, params, (u_shape[0],))
+        return CompiledOracle(_matching_oracle, params, (u_shape[0],), min(u_shape))
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         if len(u_shape) != 2:

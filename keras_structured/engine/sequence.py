@@ -51,15 +51,13 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None 
 
 
 @nb.njit(cache=True, nogil=True)
-def _viterbi_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
-    """Compiled Viterbi on one example's flat scores, writing indicators and labels in place."""
+def _viterbi_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """Compiled Viterbi on one example's flat scores (see :class:`CompiledOracle`)."""
     n, num_labels = params[0], params[1]
     size = n if length[0] < 0 else length[0]
-    m_out[:] = 0.0
-    n_out[:] = 0.0
-    code_out[:] = -1
+    code[:] = -1
     if size == 0:
-        return
+        return 0, 0
     delta = scores_u[:num_labels].copy()
     backpointers = np.zeros((size, num_labels), np.int64)
     for i in range(1, size):
@@ -74,14 +72,14 @@ def _viterbi_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
             backpointers[i, b] = arg
         delta = updated
     label = np.argmax(delta)
-    code_out[size - 1] = label
-    m_out[(size - 1) * num_labels + label] = 1.0
+    code[size - 1] = label
     for i in range(size - 1, 0, -1):
-        previous = backpointers[i, label]
-        code_out[i - 1] = previous
-        m_out[(i - 1) * num_labels + previous] = 1.0
-        n_out[((i - 1) * num_labels + previous) * num_labels + label] = 1.0
-        label = previous
+        code[i - 1] = backpointers[i, code[i]]
+    for i in range(size):
+        m_indices[i], m_values[i] = i * num_labels + code[i], 1.0
+    for i in range(size - 1):
+        n_indices[i], n_values[i] = (i * num_labels + code[i]) * num_labels + code[i + 1], 1.0
+    return size, size - 1
 
 
 class SequenceStructure(Structure):
@@ -119,7 +117,13 @@ class SequenceStructure(Structure):
         return m, pair
 
     def compiled_oracle(self, u_shape, v_shape):
-        return CompiledOracle(_viterbi_oracle, np.array(u_shape, dtype=np.int64), (u_shape[0],))
+        return CompiledOracle(
+            _viterbi_oracle,
+            np.array(u_shape, dtype=np.int64),
+            (u_shape[0],),
+            u_shape[0],
+            max(u_shape[0] - 1, 0),
+        )
 
     def v_shape(self, u_shape):
         n, num_labels = u_shape

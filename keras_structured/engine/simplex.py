@@ -10,11 +10,11 @@ from keras_structured.engine.structure import Structure
 
 
 @nb.njit(cache=True, nogil=True)
-def _argmax_oracle(scores_u, scores_v, length, params, m_out, n_out, code_out):
-    """Compiled simplex MAP: the vertex of the largest score."""
-    m_out[:] = 0.0
-    code_out[0] = np.argmax(scores_u)
-    m_out[code_out[0]] = 1.0
+def _argmax_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """Compiled simplex MAP: the vertex of the largest score (see :class:`CompiledOracle`)."""
+    code[0] = np.argmax(scores_u)
+    m_indices[0], m_values[0] = code[0], 1.0
+    return 1, 0
 
 
 class SimplexStructure(Structure):
@@ -38,7 +38,7 @@ class SimplexStructure(Structure):
         return m, np.zeros((codes.shape[0],) + tuple(v_shape))
 
     def compiled_oracle(self, u_shape, v_shape):
-        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), ())
+        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), (), 1)
 
     def validate_shapes(self, u_shape, v_shape):
         if len(u_shape) != 1:
