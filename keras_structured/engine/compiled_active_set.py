@@ -132,10 +132,12 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch):
     j = i + 1
     pivot = kinv[j, j]
     if abs(pivot) >= 1e-12:
+        column = kinv[: k + 1, j] / pivot
         for a in range(k + 1):
-            for b in range(k + 1):
-                if a != j and b != j:
-                    kinv[a, b] -= kinv[a, j] * kinv[j, b] / pivot
+            if a != j:
+                for b in range(k + 1):
+                    if b != j:
+                        kinv[a, b] -= column[a] * kinv[j, b]
     for a in range(j, k):
         kinv[a, : k + 1] = kinv[a + 1, : k + 1]
     for b in range(j, k):
@@ -169,10 +171,11 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch):
         weight += gamma
         k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
         w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared)
+    scaled = w / schur
     for a in range(k + 1):
         for b in range(k + 1):
-            kinv[a, b] += w[a] * w[b] / schur
-        kinv[a, k + 1] = kinv[k + 1, a] = -w[a] / schur
+            kinv[a, b] += scaled[a] * w[b]
+        kinv[a, k + 1] = kinv[k + 1, a] = -scaled[a]
     kinv[k + 1, k + 1] = 1.0 / schur
     y[k], theta[k] = weight, score
     return k + 1
