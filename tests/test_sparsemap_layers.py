@@ -183,6 +183,20 @@ def test_mask_from_embedding_propagates():
     np.testing.assert_allclose(u[0, :3].sum(-1), 1.0, atol=1e-6)
 
 
+def test_dynamic_lengths_in_a_functional_model():
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(20, 8, mask_zero=True)(tokens)
+    model = keras.Model(tokens, ks.SparseMAPSequence(use_boundary=True)(keras.layers.Dense(4)(hidden)))
+    model.compile("adam", "mse")
+    x = np.random.default_rng(11).integers(1, 20, size=(8, 6))
+    x[:, 4:] = 0
+    y = np.eye(4)[x % 4]
+    history = model.fit(x, y, epochs=2, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    out = model.predict(x[:, :5], verbose=0)
+    assert out.shape == (8, 5, 4) and np.all(out[:, 4:] == 0)
+
+
 def test_float16_inputs():
     out = ks.SparseMAPSequence(dtype="mixed_float16")(tf.random.normal([2, 4, 3], dtype="float16"))
     assert out.dtype == tf.float16

@@ -50,8 +50,8 @@ def _gather_numpy(x, indices):
     return np.take_along_axis(x[:, None, :], indices, axis=2)
 
 
-def _scatter_add_numpy(values, indices, size):
-    out = np.zeros((values.shape[0], size))
+def _scatter_add_numpy(values, indices, like):
+    out = np.zeros(like.shape)
     np.add.at(out, (np.arange(values.shape[0])[:, None, None], indices), values)
     return out
 
@@ -71,7 +71,8 @@ def jacobian_product(
         x_u: ``(batch, du)`` vector on the unary part.
         x_v: ``(batch, dv)`` vector on the higher-order part.
         gather: ``gather(x (batch, d), indices (batch, k, nnz)) -> (batch, k, nnz)``.
-        scatter_add: ``scatter_add(values, indices, d) -> (batch, d)``.
+        scatter_add: ``scatter_add(values, indices, like) -> (batch, d)``, with ``like``
+            the ``(batch, d)`` tensor whose shape the result takes.
         einsum: the einsum of the same framework. The defaults are numpy's; the
             TensorFlow op passes TensorFlow's, so one formula serves both.
 
@@ -83,8 +84,8 @@ def jacobian_product(
     scores += einsum("bkj,bkj->bk", gather(x_v, n_indices), n_values)
     weights = einsum("bkl,bl->bk", weight_jacobian, scores)[..., None]
     return (
-        scatter_add(weights * m_values, m_indices, x_u.shape[1]),
-        scatter_add(weights * n_values, n_indices, x_v.shape[1]),
+        scatter_add(weights * m_values, m_indices, x_u),
+        scatter_add(weights * n_values, n_indices, x_v),
     )
 
 

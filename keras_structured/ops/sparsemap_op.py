@@ -25,8 +25,8 @@ def _gather(x, indices):
     return tf.gather(x, indices, batch_dims=1)
 
 
-def _scatter_add(values, indices, size):
-    batch = tf.shape(values)[0]
+def _scatter_add(values, indices, like):
+    batch, size = tf.shape(like)[0], tf.shape(like)[1]
     segments = indices + tf.cast(tf.range(batch) * size, indices.dtype)[:, None, None]
     flat = tf.math.unsorted_segment_sum(tf.reshape(values, [-1]), tf.reshape(segments, [-1]), batch * size)
     return tf.reshape(flat, [batch, size])
