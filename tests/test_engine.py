@@ -317,3 +317,18 @@ def test_compiled_kernel_matches_python_reference(scale):
     np.testing.assert_allclose(
         solve(SimplexStructure(), scores).u, solve(SimplexStructure(), scores, compiled=False).u, atol=1e-12
     )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_large_degenerate_supports_converge_monotonically(compiled):
+    # Tiny scores: over a hundred nearly affinely dependent active structures. The
+    # incremental KKT inverse must be rebuilt when it drifts, or the solver stalls.
+    rng = np.random.default_rng(0)
+    unary = 0.01 * rng.standard_normal((20, 20, 10))[2:3]
+    pairwise = 0.01 * rng.standard_normal((20, 19, 10, 10))[2:3]
+    solution = solve(SequenceStructure(), unary, pairwise, tol=1e-6, max_iter=2000, compiled=compiled)
+    assert solution.converged.all()
+    np.testing.assert_allclose(solution.objective, -0.734026862, atol=1e-8)
+    if not compiled:
+        history = solve(SequenceStructure(), unary, pairwise, max_iter=2000, record_history=True).history[0]
+        assert np.diff(history[:, 0]).min() > -1e-9

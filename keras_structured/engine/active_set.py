@@ -21,6 +21,8 @@ from keras_structured.engine.support import SupportState
 # Squared distance (relative to ||m||^2) below which a new unary vector counts as
 # lying in the affine hull of the active ones.
 _AFFINE_TOL = 1e-10
+# KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
+_RESIDUAL_TOL = 1e-9
 
 
 class ActiveSetSolver(SupportState):
@@ -101,10 +103,14 @@ class ActiveSetSolver(SupportState):
         """Solve the KKT system on the active set; drop structures until it is feasible."""
         refactored = False
         while True:
-            y_hat = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
-            y_hat = y_hat[1:]
-            if abs(y_hat.sum() - 1.0) > 1e-8 and not refactored:
-                # The incremental inverse has drifted: rebuild it once.
+            tau, *y_hat = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
+            y_hat = np.array(y_hat)
+            residual = self.M @ (y_hat @ self.M) + tau - self.theta
+            drifted = abs(y_hat.sum() - 1.0) > 1e-8 or np.abs(residual).max() > _RESIDUAL_TOL * max(
+                1.0, np.abs(self.theta).max()
+            )
+            if drifted and not refactored:
+                # The incremental inverse no longer solves the KKT system: rebuild it once.
                 self._refactor()
                 refactored = True
                 continue

@@ -27,6 +27,8 @@ import numpy as np
 # Same meaning as in active_set.py: squared distance (relative to ||m||^2) below
 # which a unary vector counts as lying in the affine hull of the active ones.
 _AFFINE_TOL = 1e-10
+# KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
+_RESIDUAL_TOL = 1e-9
 RUNNING, CONVERGED, STALLED = 0, 1, 2
 _THREADS = min(8, os.cpu_count() or 1)
 
@@ -182,18 +184,42 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch):
 
 
 @nb.njit(cache=True, nogil=True)
+def _kkt_residual(Mi, Mv, Mw, slots, y_hat, tau, theta, k, scratch):
+    """How far ``(tau, y_hat)`` is from solving ``M_I M_I^T y + tau = theta`` beyond
+    ``_RESIDUAL_TOL`` (relative to the scores); 0 when within it."""
+    for i in range(k):
+        row = slots[i]
+        for j in range(Mw[row]):
+            scratch[Mi[row, j]] += y_hat[i] * Mv[row, j]
+    worst, scale = 0.0, 1.0
+    for i in range(k):
+        worst = max(worst, abs(_row_dot(Mi, Mv, Mw, slots[i], scratch) + tau - theta[i]))
+        scale = max(scale, abs(theta[i]))
+    for i in range(k):
+        row = slots[i]
+        for j in range(Mw[row]):
+            scratch[Mi[row, j]] = 0.0
+    return max(worst - _RESIDUAL_TOL * scale, 0.0)
+
+
+@nb.njit(cache=True, nogil=True)
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch):
     """Solve the KKT system on the active set, dropping structures until feasible."""
     refactored = False
     while True:
         y_hat = np.zeros(k)
-        total = 0.0
+        tau, total = kinv[0, 0], 0.0
+        for j in range(k):
+            tau += kinv[0, j + 1] * theta[j]
         for i in range(k):
             y_hat[i] = kinv[i + 1, 0]
             for j in range(k):
                 y_hat[i] += kinv[i + 1, j + 1] * theta[j]
             total += y_hat[i]
-        if abs(total - 1.0) > 1e-8 and not refactored:
+        if not refactored and (
+            abs(total - 1.0) > 1e-8 or _kkt_residual(Mi, Mv, Mw, slots, y_hat, tau, theta, k, scratch) > 0.0
+        ):
+            # The incremental inverse no longer solves the KKT system: rebuild it once.
             _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
             refactored = True
             continue
