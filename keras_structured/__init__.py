@@ -1,6 +1,6 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
-from keras_structured import engine, ops
+from keras_structured import engine, ops, projections
 from keras_structured.layers import (
     SparseMAP,
     SparseMAPBudget,
@@ -40,6 +40,7 @@ __all__ = [
     "SparsemaxLoss",
     "engine",
     "ops",
+    "projections",
     "sparsemap",
     "sparsemap_sequence",
     "sparsemax",

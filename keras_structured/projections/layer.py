@@ -1,0 +1,93 @@
+"""Keras layer applying an interpolation projection to its inputs."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_structured.projections.categorical import EntropyLowerBound
+from keras_structured.projections.constraints import Constraint, Intersection
+from keras_structured.projections.interpolate import _check_margin
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class InterpolationProjection(keras.layers.Layer):
+    """Maps each batch row into ``{h <= 0}``: ``x`` if feasible, else ``x0 + eta (x - x0)``.
+
+    ``eta = h(x0) / (h(x0) - h(x))`` for a strictly feasible anchor ``x0``; the layer is
+    differentiable through ``eta``, so the network learns to use the constraint.
+
+    Args:
+        constraint: a ``Constraint``, or a list of them (their intersection).
+        margin: in ``[0, 1)``; outputs satisfy ``h <= -margin |h(x0)|`` (strictly
+            feasible for ``margin > 0``).
+        validate_args: assert ``h(output) <= 1e-6 max(1, |h(x0)|)`` at run time.
+
+    Call arguments:
+        inputs: a tensor ``(batch, ...)``, or ``[inputs, reference]`` when the
+            constraint needs a reference (e.g. ``KLTrustRegion``).
+
+    Example:
+        >>> from keras_structured.projections import L2Ball
+        >>> InterpolationProjection(L2Ball(1.0))(np.array([[3.0, 4.0]])).numpy()
+        array([[0.6, 0.8]], dtype=float32)
+    """
+
+    def __init__(self, constraint, margin: float = 0.0, validate_args: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(constraint, dict):
+            constraint = keras.saving.deserialize_keras_object(constraint)
+        if isinstance(constraint, (list, tuple)):
+            constraint = Intersection(constraint)
+        if not isinstance(constraint, Constraint):
+            raise ValueError(f"constraint must be a Constraint. Received: constraint={constraint!r}")
+        self.constraint = constraint
+        self.margin = _check_margin(margin)
+        self.validate_args = bool(validate_args)
+
+    def _split(self, inputs):
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != 2:
+                raise ValueError(
+                    f"Expected inputs or [inputs, reference]. Received: len(inputs)={len(inputs)}"
+                )
+            return inputs[0], inputs[1]
+        if self.constraint.needs_reference:
+            raise ValueError(
+                f"{self.constraint!r} needs a reference: call the layer on [inputs, reference]. "
+                f"Received: inputs={inputs!r}"
+            )
+        return inputs, None
+
+    def build(self, input_shape):
+        shape = (
+            input_shape[0]
+            if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple))
+            else input_shape
+        )
+        parts = (
+            self.constraint.constraints if isinstance(self.constraint, Intersection) else [self.constraint]
+        )
+        for part in parts:
+            if isinstance(part, EntropyLowerBound):
+                part.check_categories(shape[-1])
+        self.built = True
+
+    def call(self, inputs):
+        x, reference = self._split(inputs)
+        return self.constraint.project(
+            x, reference=reference, margin=self.margin, validate_args=self.validate_args
+        )
+
+    def compute_output_shape(self, input_shape):
+        if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):
+            return tuple(input_shape[0])
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            constraint=keras.saving.serialize_keras_object(self.constraint),
+            margin=self.margin,
+            validate_args=self.validate_args,
+        )
+        return config

@@ -1,0 +1,103 @@
+"""Norm balls ``||x - center||_p <= radius`` (p = 1, 2, inf) over each batch row.
+
+The anchor is the center, where ``h = -radius``; since ``h`` is linear along rays from
+the center, the interpolation lands exactly on the sphere (radial projection), or at
+radius ``(1 - margin) radius`` with a margin.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_structured.projections.constraints import Constraint, _as_config_array
+
+
+def _flatten_rows(x: tf.Tensor) -> tf.Tensor:
+    return tf.reshape(x, [tf.shape(x)[0], -1])
+
+
+class _NormBall(Constraint):
+    ord = None
+
+    def __init__(self, radius: float, center=None):
+        if not isinstance(radius, (int, float, np.floating)) or not np.isfinite(radius) or radius <= 0:
+            raise ValueError(f"radius must be a finite number > 0. Received: radius={radius!r}")
+        self.radius = float(radius)
+        self.center = None if center is None else np.asarray(center, dtype=np.float64)
+
+    def _offset(self, x):
+        if self.center is None:
+            return x
+        return x - tf.constant(self.center, x.dtype)
+
+    def _norm(self, d: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError
+
+    def h(self, x, reference=None):
+        x = tf.convert_to_tensor(x)
+        return self._norm(_flatten_rows(self._offset(x))) - tf.cast(self.radius, x.dtype)
+
+    def anchor(self, x, reference=None):
+        if self.center is None:
+            return tf.zeros_like(x)
+        return tf.broadcast_to(tf.constant(self.center, x.dtype), tf.shape(x))
+
+    def get_config(self):
+        return {"radius": self.radius, "center": _as_config_array(self.center)}
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class L1Ball(_NormBall):
+    """``||x - center||_1 <= radius`` (all non-batch axes); anchor: the center.
+
+    Args:
+        radius: positive radius.
+        center: optional array broadcastable to one row (default: origin).
+
+    Example:
+        >>> L1Ball(1.0).project(tf.constant([[3.0, -1.0]])).numpy()
+        array([[ 0.75, -0.25]], dtype=float32)
+    """
+
+    def _norm(self, d):
+        return tf.reduce_sum(tf.abs(d), axis=-1)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class L2Ball(_NormBall):
+    """``||x - center||_2 <= radius`` (all non-batch axes); anchor: the center.
+
+    The norm has a NaN-free gradient at the center.
+
+    Args:
+        radius: positive radius.
+        center: optional array broadcastable to one row (default: origin).
+
+    Example:
+        >>> L2Ball(1.0, center=[1.0, 0.0]).project(tf.constant([[4.0, 4.0]])).numpy()
+        array([[1.6, 0.8]], dtype=float32)
+    """
+
+    def _norm(self, d):
+        squared = tf.reduce_sum(tf.square(d), axis=-1)
+        positive = squared > 0
+        return tf.where(positive, tf.sqrt(tf.where(positive, squared, tf.ones_like(squared))), 0.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class LinfBall(_NormBall):
+    """``max |x - center| <= radius`` (all non-batch axes); anchor: the center.
+
+    Args:
+        radius: positive radius.
+        center: optional array broadcastable to one row (default: origin).
+
+    Example:
+        >>> LinfBall(1.0).project(tf.constant([[4.0, -2.0]])).numpy()
+        array([[ 1. , -0.5]], dtype=float32)
+    """
+
+    def _norm(self, d):
+        return tf.reduce_max(tf.abs(d), axis=-1)

@@ -1,0 +1,179 @@
+"""Polyhedral constraints ``max_i (A x - b)_i <= 0``: half-spaces, polytopes, monotone outputs.
+
+``h`` is a maximum of affine rows, so the step along the segment from the anchor has a
+closed form, the exact boundary crossing: ``eta = min`` over the rows that become
+violated of ``-(r_i(x0) + s) / (r_i(x) - r_i(x0))``, with ``s = margin |h(x0)|``. It is
+never smaller than the generic convexity bound, so outputs touch the boundary.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_structured.projections.constraints import Constraint
+from keras_structured.projections.interpolate import _check_margin
+
+
+def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0) -> tf.Tensor:
+    """Largest ``t`` in ``[0, 1]`` with ``max_i r_i(x0 + t (x - x0)) <= -margin |max_i r_i(x0)|``.
+
+    Args:
+        rows_x: affine row values at ``x``, shape ``(batch, m)``.
+        rows_x0: row values at the anchor, all strictly negative.
+        margin: in ``[0, 1)``.
+
+    Returns:
+        ``eta`` of shape ``(batch,)``, exactly 1 where no row is violated.
+
+    Example:
+        >>> affine_rows_eta([[3.0, -1.0]], [[-1.0, -1.0]]).numpy()
+        array([0.25], dtype=float32)
+    """
+    margin = _check_margin(margin)
+    rows_x = tf.convert_to_tensor(rows_x)
+    rows_x0 = tf.cast(tf.convert_to_tensor(rows_x0), rows_x.dtype)
+    slack = -margin * tf.reduce_max(rows_x0, axis=-1, keepdims=True)  # margin |h(x0)| >= 0
+    start = rows_x0 + slack  # < 0
+    blocking = rows_x + slack > 0  # implies rows_x > rows_x0
+    slope = tf.where(blocking, rows_x - rows_x0, tf.ones_like(rows_x))
+    t = tf.where(blocking, tf.clip_by_value(-start / slope, 0.0, 1.0), tf.ones_like(rows_x))
+    return tf.reduce_min(t, axis=-1)
+
+
+class _AffineRows(Constraint):
+    def rows(self, x: tf.Tensor) -> tf.Tensor:
+        """Affine row values ``(batch, m)``; ``h = max`` of them."""
+        raise NotImplementedError
+
+    def h(self, x, reference=None):
+        return tf.reduce_max(self.rows(tf.convert_to_tensor(x)), axis=-1)
+
+    def eta(self, x, x0, reference=None, margin=0.0):
+        return affine_rows_eta(self.rows(x), self.rows(x0), margin)
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class Polytope(_AffineRows):
+    """``A x <= b`` on rows ``x`` of shape ``(batch, d)``; anchor: ``interior_point``.
+
+    Args:
+        A: matrix of shape ``(m, d)``.
+        b: vector of shape ``(m,)``.
+        interior_point: a point with ``A x0 < b`` strictly (checked).
+
+    Example:
+        >>> box = Polytope([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0], interior_point=[0.0, 0.0])
+        >>> box.project(tf.constant([[4.0, 2.0]])).numpy()
+        array([[1. , 0.5]], dtype=float32)
+    """
+
+    def __init__(self, A, b, interior_point):
+        self.A = np.asarray(A, dtype=np.float64)
+        self.b = np.asarray(b, dtype=np.float64)
+        if self.A.ndim != 2 or self.b.shape != (self.A.shape[0],):
+            raise ValueError(
+                "A must have shape (m, d) and b shape (m,). "
+                f"Received: A.shape={self.A.shape}, b.shape={self.b.shape}"
+            )
+        self.interior_point = np.asarray(interior_point, dtype=np.float64)
+        if self.interior_point.shape != (self.A.shape[1],):
+            raise ValueError(
+                f"interior_point must have shape ({self.A.shape[1]},). "
+                f"Received: interior_point.shape={self.interior_point.shape}"
+            )
+        slack = self.A @ self.interior_point - self.b
+        if not np.all(slack < 0):
+            raise ValueError(
+                f"interior_point must be strictly inside the polytope (A x0 < b). "
+                f"Received: max(A x0 - b)={slack.max()!r}"
+            )
+
+    def rows(self, x):
+        return tf.linalg.matvec(tf.constant(self.A, x.dtype), x) - tf.constant(self.b, x.dtype)
+
+    def anchor(self, x, reference=None):
+        return tf.broadcast_to(tf.constant(self.interior_point, x.dtype), tf.shape(x))
+
+    def get_config(self):
+        return {"A": self.A.tolist(), "b": self.b.tolist(), "interior_point": self.interior_point.tolist()}
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class Halfspace(Polytope):
+    """``a . x <= b`` on rows of shape ``(batch, d)``.
+
+    Args:
+        a: non-zero normal vector of shape ``(d,)``.
+        b: offset.
+        interior_point: optional strictly feasible point; defaults to
+            ``a (b - ||a||) / ||a||^2`` (at distance 1 inside the boundary).
+
+    Example:
+        >>> Halfspace([1.0, 1.0], 1.0, interior_point=[0.0, 0.0]).project(tf.constant([[2.0, 2.0]])).numpy()
+        array([[0.5, 0.5]], dtype=float32)
+    """
+
+    def __init__(self, a, b: float, interior_point=None):
+        a = np.asarray(a, dtype=np.float64)
+        norm = float(np.linalg.norm(a)) if a.ndim == 1 else 0.0
+        if a.ndim != 1 or norm == 0:
+            raise ValueError(f"a must be a non-zero vector. Received: a={a.tolist()!r}")
+        if interior_point is None:
+            interior_point = a * (float(b) - norm) / norm**2
+        super().__init__(a[None, :], [float(b)], interior_point)
+
+    def get_config(self):
+        return {
+            "a": self.A[0].tolist(),
+            "b": float(self.b[0]),
+            "interior_point": self.interior_point.tolist(),
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class Monotone(_AffineRows):
+    """Ordered last axis: ``x_i + spacing <= x_{i+1}``, i.e. ``h = max_i (x_i - x_{i+1} + spacing)``.
+
+    The anchor is the row mean of ``x`` plus an evenly spaced, centred ramp with step
+    ``spacing + anchor_gap`` (strictly feasible: ``h(x0) = -anchor_gap``). It depends
+    on ``x``, and gradients flow through it too.
+
+    Args:
+        spacing: minimum gap between consecutive entries (may be negative).
+        anchor_gap: positive extra step of the anchor ramp.
+
+    Example:
+        >>> Monotone().project(tf.constant([[1.0, 0.0, 2.0]])).numpy()
+        array([[0.5, 0.5, 2. ]], dtype=float32)
+    """
+
+    def __init__(self, spacing: float = 0.0, anchor_gap: float = 1.0):
+        if not np.isfinite(spacing):
+            raise ValueError(f"spacing must be finite. Received: spacing={spacing!r}")
+        if not np.isfinite(anchor_gap) or anchor_gap <= 0:
+            raise ValueError(f"anchor_gap must be a finite number > 0. Received: anchor_gap={anchor_gap!r}")
+        self.spacing = float(spacing)
+        self.anchor_gap = float(anchor_gap)
+
+    def _check_size(self, x):
+        if x.shape[-1] is not None and x.shape[-1] < 2:
+            raise ValueError(
+                f"Monotone needs at least 2 entries on the last axis. Received: x.shape={x.shape}"
+            )
+
+    def rows(self, x):
+        self._check_size(x)
+        rows = x[..., :-1] - x[..., 1:] + tf.cast(self.spacing, x.dtype)
+        return tf.reshape(rows, [tf.shape(x)[0], -1])
+
+    def anchor(self, x, reference=None):
+        self._check_size(x)
+        size = tf.shape(x)[-1]
+        ramp = tf.cast(tf.range(size), x.dtype) - tf.cast(size - 1, x.dtype) / 2.0
+        step = tf.cast(self.spacing + self.anchor_gap, x.dtype)
+        return tf.reduce_mean(x, axis=-1, keepdims=True) + step * ramp
+
+    def get_config(self):
+        return {"spacing": self.spacing, "anchor_gap": self.anchor_gap}
