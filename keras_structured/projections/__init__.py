@@ -6,6 +6,12 @@ for a strictly feasible anchor ``x0``: cheap, always feasible, differentiable.
 
 from keras_structured.projections.categorical import EntropyLowerBound, KLTrustRegion, entropy, kl_divergence
 from keras_structured.projections.constraints import Constraint, Intersection, UserConstraint, project
+from keras_structured.projections.gaussian import (
+    gaussian_entropy,
+    gaussian_kl_parts,
+    project_gaussian_entropy,
+    project_gaussian_kl,
+)
 from keras_structured.projections.interpolate import interpolate, interpolation_coefficient, mix
 from keras_structured.projections.layer import InterpolationProjection
 from keras_structured.projections.norm_balls import L1Ball, L2Ball, LinfBall
@@ -26,9 +32,13 @@ __all__ = [
     "UserConstraint",
     "affine_rows_eta",
     "entropy",
+    "gaussian_entropy",
+    "gaussian_kl_parts",
     "interpolate",
     "interpolation_coefficient",
     "kl_divergence",
     "mix",
     "project",
+    "project_gaussian_entropy",
+    "project_gaussian_kl",
 ]

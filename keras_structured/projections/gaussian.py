@@ -1,0 +1,327 @@
+"""Entropy and KL trust-region projections of Gaussian policies (Akrour et al. 2019).
+
+A Gaussian ``N(m, Sigma)`` is given by its mean ``m`` (``(batch, d)``) and a scale: either
+the lower-triangular Cholesky factor ``L`` of ``Sigma = L L^T`` (``(batch, d, d)``, or
+``(d, d)`` shared by all states; nonzero diagonal, whose signs do not matter since only
+``L L^T`` does; the strict upper triangle is ignored)
+or, with ``diagonal=True``, the standard deviations ``s`` (``(batch, d)`` or ``(d,)``,
+positive) of ``Sigma = diag(s^2)``.
+
+* :func:`project_gaussian_entropy` enforces ``H(N(m, Sigma)) >= min_entropy`` by the exact
+  rescaling ``L -> c L`` with the smallest ``c >= 1``.
+* :func:`project_gaussian_kl` enforces the decomposed KL trust region of Akrour et al. 2019
+  ("Projections for approximate policy iteration algorithms", ICML) to an old Gaussian
+  ``N(b, Q)``, with the KL taken in the direction ``KL(new || old)`` (``KL(pi || q)`` in the
+  paper, ``q`` the data-generating policy)::
+
+      KL(N(m, S) || N(b, Q)) = KL_mean(m) + KL_cov(S),
+      KL_mean(m) = 0.5 (m - b)^T Q^{-1} (m - b)                    = KL(N(m, Q) || N(b, Q)),
+      KL_cov(S)  = 0.5 [tr(Q^{-1} S) - d + log det Q - log det S]  = KL(N(b, S) || N(b, Q)).
+
+  ``KL_mean`` is convex in ``m`` and ``KL_cov`` is convex in ``S`` (trace is linear,
+  ``-log det`` is convex), and both vanish at the old distribution, so the interpolation
+  projection (:mod:`keras_structured.projections.interpolate`) with the old mean / old
+  covariance as anchor (``h(anchor) = -epsilon``) is feasible. The covariance is
+  interpolated as a matrix, ``S' = eta S + (1 - eta) Q`` (positive definite as a convex
+  combination), and re-factorised by Cholesky; the mean as ``m' = b + eta (m - b)``. The two
+  parts are independent (``KL_mean`` only involves ``Q``), so the covariance-then-mean order
+  of the paper gives the same result as any other order, and the total KL is at most
+  ``epsilon_mean + epsilon_cov``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_structured.projections.interpolate import interpolation_coefficient, mix
+
+__all__ = [
+    "gaussian_entropy",
+    "gaussian_kl_parts",
+    "project_gaussian_entropy",
+    "project_gaussian_kl",
+]
+
+
+def _check_positive(name: str, value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number > 0. Received: {name}={value!r}") from None
+    if not np.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a finite number > 0. Received: {name}={value!r}")
+    return number
+
+
+def _check_finite_number(name: str, value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number. Received: {name}={value!r}") from None
+    if not np.isfinite(number):
+        raise ValueError(f"{name} must be a finite number. Received: {name}={value!r}")
+    return number
+
+
+def _as_float(x, dtype=None, name: str = "x") -> tf.Tensor:
+    x = tf.convert_to_tensor(x, dtype=None if isinstance(x, (tf.Tensor, np.ndarray)) else dtype)
+    if not x.dtype.is_floating:
+        raise TypeError(f"{name} must be a floating-point tensor. Received: dtype={x.dtype.name}")
+    if dtype is not None:
+        x = tf.cast(x, dtype)
+    return tf.debugging.assert_all_finite(x, f"{name} has NaN or infinite entries")
+
+
+def _prepare_scale(scale, diagonal: bool, dtype, name: str) -> tf.Tensor:
+    scale = _as_float(scale, dtype, name)
+    if diagonal:
+        if scale.shape.rank is not None and scale.shape.rank not in (1, 2):
+            raise ValueError(f"{name} must have shape (batch, d) or (d,). Received: shape={scale.shape}")
+        return scale
+    if scale.shape.rank is not None and scale.shape.rank not in (2, 3):
+        raise ValueError(f"{name} must have shape (batch, d, d) or (d, d). Received: shape={scale.shape}")
+    return tf.linalg.band_part(scale, -1, 0)
+
+
+def _log_det_scale(scale: tf.Tensor, diagonal: bool) -> tf.Tensor:
+    """``sum log diag(L)`` (``0.5 log det Sigma``), shape = batch shape of ``scale``."""
+    diag = scale if diagonal else tf.linalg.diag_part(scale)
+    return tf.reduce_sum(tf.math.log(tf.abs(diag)), axis=-1)
+
+
+def gaussian_entropy(scale_tril, diagonal: bool = False) -> tf.Tensor:
+    """Entropy ``0.5 d log(2 pi e) + sum log diag(L)`` of ``N(m, L L^T)`` (nats).
+
+    Args:
+        scale_tril: Cholesky factors ``(..., d, d)``, or standard deviations ``(..., d)``
+            with ``diagonal=True``.
+        diagonal: whether ``scale_tril`` holds standard deviations.
+
+    Returns:
+        The entropies, shape ``(...)``.
+
+    Example:
+        >>> round(float(gaussian_entropy(tf.eye(2, dtype=tf.float64))), 6)
+        2.837877
+    """
+    scale = tf.convert_to_tensor(scale_tril)
+    if not diagonal:
+        scale = tf.linalg.band_part(scale, -1, 0)
+    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
+    return 0.5 * d * math.log(2.0 * math.pi * math.e) + _log_det_scale(scale, diagonal)
+
+
+def _whiten(scale_old: tf.Tensor, x: tf.Tensor, diagonal: bool, vector: bool) -> tf.Tensor:
+    """``L_old^{-1} x`` for vectors ``x`` (``(..., d)``) or matrices ``x`` (``(..., d, d)``)."""
+    if diagonal:
+        return x / scale_old
+    rhs = x[..., None] if vector else x
+    batch_shape = tf.broadcast_dynamic_shape(tf.shape(scale_old)[:-2], tf.shape(rhs)[:-2])
+    lhs = tf.broadcast_to(scale_old, tf.concat([batch_shape, tf.shape(scale_old)[-2:]], 0))
+    rhs = tf.broadcast_to(rhs, tf.concat([batch_shape, tf.shape(rhs)[-2:]], 0))
+    out = tf.linalg.triangular_solve(lhs, rhs, lower=True)
+    return out[..., 0] if vector else out
+
+
+def _kl_mean(mean, old_mean, old_scale, diagonal: bool) -> tf.Tensor:
+    whitened = _whiten(old_scale, mean - old_mean, diagonal, vector=True)
+    return 0.5 * tf.reduce_sum(tf.square(whitened), axis=-1)
+
+
+def _kl_cov(scale, old_scale, diagonal: bool) -> tf.Tensor:
+    whitened = _whiten(old_scale, scale, diagonal, vector=diagonal)
+    axes = [-1] if diagonal else [-2, -1]
+    trace = tf.reduce_sum(tf.square(whitened), axis=axes)
+    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
+    return 0.5 * (trace - d) + _log_det_scale(old_scale, diagonal) - _log_det_scale(scale, diagonal)
+
+
+def gaussian_kl_parts(
+    mean, scale_tril, old_mean, old_scale_tril, diagonal: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The two parts of ``KL(N(m, S) || N(b, Q)) = KL_mean + KL_cov`` (Akrour et al. 2019).
+
+    ``KL_mean = 0.5 (m - b)^T Q^{-1} (m - b)`` and
+    ``KL_cov = 0.5 [tr(Q^{-1} S) - d + log det Q - log det S]``.
+
+    Args:
+        mean: new means ``(batch, d)``.
+        scale_tril: new Cholesky factors ``(batch, d, d)`` or ``(d, d)`` (or standard
+            deviations ``(batch, d)`` / ``(d,)`` with ``diagonal=True``).
+        old_mean: old means, shaped like ``mean``.
+        old_scale_tril: old scales, same conventions as ``scale_tril``.
+        diagonal: whether the scales are standard deviations.
+
+    Returns:
+        ``(kl_mean, kl_cov)``: ``kl_mean`` has shape ``(batch,)``; ``kl_cov`` the broadcast
+        batch shape of the scales (a scalar when both are shared).
+
+    Example:
+        >>> kl_m, kl_c = gaussian_kl_parts([[1.0, 0.0]], [[1.0, 1.0]], [[0.0, 0.0]], [[1.0, 1.0]], True)
+        >>> kl_m.numpy(), kl_c.numpy()
+        (array([0.5], dtype=float32), array([0.], dtype=float32))
+    """
+    mean = tf.convert_to_tensor(mean)
+    dtype = mean.dtype
+    scale = _prepare_scale(scale_tril, diagonal, dtype, "scale_tril")
+    old_mean = tf.convert_to_tensor(old_mean, dtype)
+    old_scale = _prepare_scale(old_scale_tril, diagonal, dtype, "old_scale_tril")
+    return _kl_mean(mean, old_mean, old_scale, diagonal), _kl_cov(scale, old_scale, diagonal)
+
+
+def project_gaussian_entropy(
+    mean, scale_tril, min_entropy: float, diagonal: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Projects ``N(m, L L^T)`` onto ``{H >= min_entropy}`` by rescaling ``L``.
+
+    Solves exactly, per batch row, ``min c`` s.t. ``c >= 1`` and ``H(N(m, c^2 L L^T)) >=
+    min_entropy``: since ``H(c L) = H(L) + d log c``, ``c = exp((min_entropy - H) / d)`` where
+    ``H < min_entropy`` (the projected entropy equals the bound up to round-off) and
+    ``c = 1`` elsewhere, where ``L`` is returned exactly. The mean is unchanged. ``c`` is
+    differentiable in ``L``, so gradients flow through the rescaling.
+
+    Args:
+        mean: means ``(batch, d)`` (returned as is, after the NaN check).
+        scale_tril: Cholesky factors ``(batch, d, d)`` with positive diagonal (the strict
+            upper triangle is ignored), or standard deviations ``(batch, d)`` with
+            ``diagonal=True``.
+        min_entropy: the bound in nats, a finite number.
+        diagonal: whether ``scale_tril`` holds standard deviations.
+
+    Returns:
+        ``(mean, projected_scale)``, ``projected_scale`` shaped like ``scale_tril``.
+
+    Raises:
+        ValueError: if ``min_entropy`` is not a finite number.
+        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
+
+    Example:
+        >>> m, s = project_gaussian_entropy(tf.zeros([1, 2], tf.float64), tf.fill([1, 2], 0.1), 2.0,
+        ...                                 diagonal=True)
+        >>> round(float(gaussian_entropy(s, diagonal=True)[0]), 6), s.dtype.name
+        (2.0, 'float64')
+    """
+    min_entropy = _check_finite_number("min_entropy", min_entropy)
+    mean = _as_float(mean, name="mean")
+    scale = _prepare_scale(scale_tril, diagonal, mean.dtype, "scale_tril")
+    entropy = gaussian_entropy(scale, diagonal)
+    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
+    violated = entropy < min_entropy
+    log_c = tf.where(violated, (min_entropy - entropy) / d, tf.zeros_like(entropy))
+    c = tf.exp(log_c)
+    c = c[..., None] if diagonal else c[..., None, None]
+    keep = violated[..., None] if diagonal else violated[..., None, None]
+    projected = tf.where(tf.broadcast_to(keep, tf.shape(scale)), c * scale, scale)
+    return mean, projected
+
+
+def project_gaussian_kl(
+    mean,
+    scale_tril,
+    old_mean,
+    old_scale_tril,
+    epsilon_mean: float,
+    epsilon_cov: float,
+    average_over_batch: bool = False,
+    diagonal: bool = False,
+    margin: float = 0.0,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decomposed KL trust-region projection of ``N(m, S)`` towards ``N(b, Q)`` (Akrour et al. 2019).
+
+    With ``S = L L^T``, ``Q = L_old L_old^T`` and the parts of :func:`gaussian_kl_parts`
+    (``KL(new || old)``), this returns a point satisfying
+
+    * ``average_over_batch=False`` (per state): for every batch row ``s``,
+      ``KL_mean_s <= epsilon_mean`` and ``KL_cov_s <= epsilon_cov``, with one coefficient
+      per state for the mean and one for the covariance;
+    * ``average_over_batch=True``: ``mean_s KL_mean_s <= epsilon_mean`` and
+      ``mean_s KL_cov_s <= epsilon_cov`` (the KL averaged over the batch of states, as in
+      the paper's ``E_s[KL]`` constraint), with a single ``eta`` for all means and a single
+      ``eta`` for the covariance(s); a shared covariance ``(d, d)`` stays shared.
+
+    Each part is projected by interpolation with ``h = KL_part - epsilon`` and the old
+    parameters as anchor (``h(anchor) = -epsilon < 0``): ``eta = epsilon / KL_part`` where
+    violated (:func:`~keras_structured.projections.interpolate.interpolation_coefficient`),
+    first ``S' = eta S + (1 - eta) Q`` (re-factorised by Cholesky), then
+    ``m' = b + eta' (m - b)``. Convexity of ``KL_cov`` in ``S`` and of ``KL_mean`` in ``m``
+    (jointly over the batch for the averages) makes the result feasible; in particular
+    ``KL(N(m', S') || N(b, Q)) <= epsilon_mean + epsilon_cov``. It is not the KL-closest point.
+    Feasible inputs are returned exactly, and gradients flow through ``eta``.
+
+    Args:
+        mean: new means ``(batch, d)``.
+        scale_tril: new Cholesky factors ``(batch, d, d)`` or shared ``(d, d)``, positive
+            diagonal, strict upper triangle ignored; standard deviations ``(batch, d)`` or
+            ``(d,)`` with ``diagonal=True``.
+        old_mean: old means ``b``, shaped like ``mean``.
+        old_scale_tril: old scales, same conventions as ``scale_tril``.
+        epsilon_mean: bound on the mean part, a finite number > 0.
+        epsilon_cov: bound on the covariance part, a finite number > 0.
+        average_over_batch: constrain the batch averages with a single ``eta`` per part.
+        diagonal: whether the scales are standard deviations (``Sigma = diag(s^2)``; the
+            variances are interpolated and no Cholesky is needed).
+        margin: in ``[0, 1)``: the parts end below ``(1 - margin) epsilon``.
+
+    Returns:
+        ``(projected_mean, projected_scale)``; the scale has the broadcast shape of
+        ``scale_tril`` and ``old_scale_tril`` (with a batch axis in the per-state variant when
+        either one has one).
+
+    Raises:
+        ValueError: if an epsilon is not a finite number > 0.
+        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
+
+    Example:
+        >>> b, q = tf.zeros([1, 2], tf.float64), tf.ones([1, 2], tf.float64)
+        >>> m, s = project_gaussian_kl(b + 3.0, 3.0 * q, b, q, 0.1, 0.2, diagonal=True)
+        >>> kl_m, kl_c = gaussian_kl_parts(m, s, b, q, diagonal=True)
+        >>> bool(kl_m[0] <= 0.1 + 1e-9), bool(kl_c[0] <= 0.2 + 1e-9)
+        (True, True)
+    """
+    epsilon_mean = _check_positive("epsilon_mean", epsilon_mean)
+    epsilon_cov = _check_positive("epsilon_cov", epsilon_cov)
+    mean = _as_float(mean, name="mean")
+    dtype = mean.dtype
+    old_mean = _as_float(old_mean, dtype, "old_mean")
+    scale = _prepare_scale(scale_tril, diagonal, dtype, "scale_tril")
+    old_scale = _prepare_scale(old_scale_tril, diagonal, dtype, "old_scale_tril")
+    matrix_rank = 1 if diagonal else 2
+
+    # Covariance part.
+    kl_cov = _kl_cov(scale, old_scale, diagonal)
+    if average_over_batch:
+        kl_cov = tf.reshape(tf.reduce_mean(kl_cov), [1])
+        target = tf.broadcast_dynamic_shape(tf.shape(scale), tf.shape(old_scale))
+    else:
+        batch = tf.shape(mean)[:1]
+        kl_cov = tf.broadcast_to(kl_cov, batch)
+        target = tf.concat([batch, tf.shape(scale)[-matrix_rank:]], 0)
+    scale = tf.broadcast_to(scale, target)
+    old_scale = tf.broadcast_to(old_scale, target)
+    eta_cov = interpolation_coefficient(
+        kl_cov - epsilon_cov, -epsilon_cov * tf.ones_like(kl_cov), margin=margin
+    )
+    if diagonal:
+        cov, old_cov = tf.square(scale), tf.square(old_scale)
+    else:
+        cov = tf.matmul(scale, scale, transpose_b=True)
+        old_cov = tf.matmul(old_scale, old_scale, transpose_b=True)
+    # ``mix`` reshapes eta ((batch,) per state, (1,) averaged) to broadcast over the matrices.
+    new_cov = mix(cov, old_cov, eta_cov)
+    new_scale = tf.sqrt(new_cov) if diagonal else tf.linalg.cholesky(new_cov)
+    eta_shape = tf.concat([tf.shape(eta_cov), tf.ones([tf.rank(scale) - 1], tf.int32)], 0)
+    keep = tf.broadcast_to(tf.reshape(eta_cov >= 1.0, eta_shape), tf.shape(scale))
+    projected_scale = tf.where(keep, scale, new_scale)
+
+    # Mean part (only involves the old covariance, so it is independent of the above).
+    kl_mean = _kl_mean(mean, old_mean, old_scale, diagonal)
+    if average_over_batch:
+        kl_mean = tf.reshape(tf.reduce_mean(kl_mean), [1])
+    eta_mean = interpolation_coefficient(
+        kl_mean - epsilon_mean, -epsilon_mean * tf.ones_like(kl_mean), margin=margin
+    )
+    projected_mean = mix(mean, old_mean, eta_mean)
+    return projected_mean, projected_scale
