@@ -14,6 +14,7 @@ from keras_structured.projections.gaussian import (
 )
 from keras_structured.projections.interpolate import interpolate, interpolation_coefficient, mix
 from keras_structured.projections.layer import InterpolationProjection
+from keras_structured.projections.minimize import minimize, projected_interpolation_descent
 from keras_structured.projections.norm_balls import L1Ball, L2Ball, LinfBall
 from keras_structured.projections.polytopes import Halfspace, Monotone, Polytope, affine_rows_eta
 
@@ -37,8 +38,10 @@ __all__ = [
     "interpolate",
     "interpolation_coefficient",
     "kl_divergence",
+    "minimize",
     "mix",
     "project",
     "project_gaussian_entropy",
     "project_gaussian_kl",
+    "projected_interpolation_descent",
 ]
