@@ -12,6 +12,7 @@ from keras_structured.projections.gaussian import (
     project_gaussian_entropy,
     project_gaussian_kl,
 )
+from keras_structured.projections.gaussian_layer import GaussianProjection
 from keras_structured.projections.interpolate import interpolate, interpolation_coefficient, mix
 from keras_structured.projections.layer import InterpolationProjection
 from keras_structured.projections.minimize import minimize, projected_interpolation_descent
@@ -21,6 +22,7 @@ from keras_structured.projections.polytopes import Halfspace, Monotone, Polytope
 __all__ = [
     "Constraint",
     "EntropyLowerBound",
+    "GaussianProjection",
     "Halfspace",
     "Intersection",
     "InterpolationProjection",
