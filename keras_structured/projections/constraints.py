@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 
 import keras
@@ -17,7 +18,7 @@ def validation_tolerance(h_x0: tf.Tensor) -> tf.Tensor:
     return 1e-6 * tf.maximum(tf.ones_like(h_x0), tf.abs(h_x0))
 
 
-class Constraint:
+class Constraint(abc.ABC):
     """A convex constraint ``h(x) <= 0`` on each batch row, projected by interpolation.
 
     Subclasses implement ``h`` (convex in ``x``, shape ``(batch,)``) and ``anchor`` (a
@@ -32,13 +33,13 @@ class Constraint:
     #: whether ``h`` and ``anchor`` need the ``reference`` argument.
     needs_reference = False
 
+    @abc.abstractmethod
     def h(self, x: tf.Tensor, reference: tf.Tensor | None = None) -> tf.Tensor:
         """Convex constraint function, feasible iff ``<= 0``; returns shape ``(batch,)``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def anchor(self, x: tf.Tensor, reference: tf.Tensor | None = None) -> tf.Tensor:
         """A strictly feasible point (``h < 0``) shaped like ``x``."""
-        raise NotImplementedError
 
     def prepare(self, x, reference=None) -> tuple[tf.Tensor, tf.Tensor | None]:
         """Maps raw inputs to the space where ``h`` is convex (identity by default)."""

@@ -7,6 +7,8 @@ radius ``(1 - margin) radius`` with a margin.
 
 from __future__ import annotations
 
+import abc
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -32,8 +34,9 @@ class _NormBall(Constraint):
             return x
         return x - tf.constant(self.center, x.dtype)
 
+    @abc.abstractmethod
     def _norm(self, d: tf.Tensor) -> tf.Tensor:
-        raise NotImplementedError
+        """The norm of every row of ``d`` ``(batch, size)``."""
 
     def h(self, x, reference=None):
         x = tf.convert_to_tensor(x)

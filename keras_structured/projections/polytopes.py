@@ -8,6 +8,8 @@ never smaller than the generic convexity bound, so outputs touch the boundary.
 
 from __future__ import annotations
 
+import abc
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -43,9 +45,9 @@ def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0) 
 
 
 class _AffineRows(Constraint):
+    @abc.abstractmethod
     def rows(self, x: tf.Tensor) -> tf.Tensor:
         """Affine row values ``(batch, m)``; ``h = max`` of them."""
-        raise NotImplementedError
 
     def h(self, x, reference=None):
         return tf.reduce_max(self.rows(tf.convert_to_tensor(x)), axis=-1)
