@@ -39,15 +39,26 @@ def finite_mass(*flat_scores: np.ndarray) -> np.ndarray:
     return sum(np.where(np.isfinite(s), np.abs(s), 0.0).sum(axis=1) + s.shape[1] for s in flat_scores)
 
 
+def raise_if_forbidden(touches: np.ndarray) -> None:
+    """Raise ``ValueError`` naming the first example whose solution uses a forbidden part.
+
+    Args:
+        touches: ``(batch,)`` booleans, True where the solution uses a ``-inf`` part,
+            which only happens when every structure of that example contains one.
+    """
+    if touches.any():
+        raise ValueError(
+            f"Every structure of example {int(np.argmax(touches))} contains a forbidden (-inf) part, "
+            "so it has no feasible structure. Received: scores whose -inf entries rule out all structures"
+        )
+
+
 def check_allowed(examples, forbidden_u: np.ndarray, forbidden_v: np.ndarray) -> None:
     """Raise ``ValueError`` if a solution (:class:`ExampleSolution`) puts weight on a forbidden part."""
+    touches = np.zeros(len(examples), dtype=bool)
     for b, e in enumerate(examples):
         used = (e.weights > 0)[:, None]
         touches_u = forbidden_u[b][e.m_indices] & (e.m_values != 0) & used
         touches_v = forbidden_v[b][e.n_indices] & (e.n_values != 0) & used
-        if touches_u.any() or touches_v.any():
-            raise ValueError(
-                "Every structure of example "
-                f"{b} contains a forbidden (-inf) part, so SparseMAP has no feasible point. "
-                "Received: scores whose -inf entries rule out all structures"
-            )
+        touches[b] = touches_u.any() or touches_v.any()
+    raise_if_forbidden(touches)

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_structured.engine import Structure
-from keras_structured.engine.forbidden import finite_mass, replace_forbidden
+from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
 from keras_structured.ops.sparsemap_op import prepare_scores
 
 
@@ -70,14 +70,8 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
             structure.validate_lengths(sizes, values_u.shape[1:])
         codes = structure.map(flat_u.reshape(values_u.shape), flat_v.reshape(values_v.shape), sizes)
         m, n = structure.indicators(codes, values_u.shape[1:], values_v.shape[1:], sizes)
-        used = (m.reshape(batch, -1) * forbidden_u).any(axis=1) | (n.reshape(batch, -1) * forbidden_v).any(
-            axis=1
-        )
-        if used.any():
-            raise ValueError(
-                f"Every structure of example {int(np.argmax(used))} contains a forbidden (-inf) part. "
-                "Received: scores whose -inf entries rule out all structures"
-            )
+        touches_u = (m.reshape(batch, -1) * forbidden_u).any(axis=1)
+        raise_if_forbidden(touches_u | (n.reshape(batch, -1) * forbidden_v).any(axis=1))
         return np.asarray(codes, dtype=structure.code_dtype), m.astype(np_dtype), n.astype(np_dtype)
 
     codes, m, n = tf.numpy_function(
