@@ -1,0 +1,284 @@
+"""Keras layers for multi-output polynomial networks (PNs) and factorization machines (FMs).
+
+Both share a basis ``H`` (``k x d``, the hidden units) across outputs and give output ``c`` a
+low-rank interaction matrix ``W_c = H^T diag(v_c) H`` (Blondel et al., "Multi-output Polynomial
+Networks and Factorization Machines", 2017). The maths lives in :mod:`._ops`; the layers store
+arguments and weights and delegate.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from keras_structured.polynomial import _ops
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+class _SharedBasisLayer(keras.layers.Layer):
+    """Base of both layers: ``basis (rank, d)`` then ``output_weights (rank, units)``."""
+
+    def __init__(
+        self,
+        units: int,
+        rank: int,
+        basis_initializer="glorot_uniform",
+        output_initializer="glorot_uniform",
+        basis_regularizer=None,
+        output_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = _positive_int("units", units)
+        self.rank = _positive_int("rank", rank)
+        self.basis_initializer = keras.initializers.get(basis_initializer)
+        self.output_initializer = keras.initializers.get(output_initializer)
+        self.basis_regularizer = keras.regularizers.get(basis_regularizer)
+        self.output_regularizer = keras.regularizers.get(output_regularizer)
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, tf.SparseTensor) or getattr(inputs, "sparse", False):
+            # XLA has no kernel for sparse-dense matmul: models fed sparse inputs must not jit-compile.
+            self.supports_jit = False
+        return super().__call__(inputs, *args, **kwargs)
+
+    def _basis_dim(self, input_dim: int) -> int:
+        return input_dim
+
+    def build(self, input_shape) -> None:
+        input_dim = input_shape[-1]
+        if input_dim is None:
+            raise ValueError(
+                f"{type(self).__name__} needs the last dimension of its inputs to be known. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
+        self.basis = self.add_weight(
+            name="basis",
+            shape=(self.rank, self._basis_dim(input_dim)),
+            initializer=self.basis_initializer,
+            regularizer=self.basis_regularizer,
+        )
+        self.output_weights = self.add_weight(
+            name="output_weights",
+            shape=(self.rank, self.units),
+            initializer=self.output_initializer,
+            regularizer=self.output_regularizer,
+        )
+
+    def _cast_inputs(self, inputs) -> _ops.Inputs:
+        if isinstance(inputs, tf.SparseTensor) and inputs.shape.rank != 2:
+            raise ValueError(
+                f"{type(self).__name__} takes sparse inputs of shape (batch, d) only. "
+                f"Received: shape={inputs.shape}"
+            )
+        return tf.cast(inputs, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape) -> tuple:
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            rank=self.rank,
+            basis_initializer=keras.initializers.serialize(self.basis_initializer),
+            output_initializer=keras.initializers.serialize(self.output_initializer),
+            basis_regularizer=keras.regularizers.serialize(self.basis_regularizer),
+            output_regularizer=keras.regularizers.serialize(self.output_regularizer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class PolynomialNetwork(_SharedBasisLayer):
+    """Multi-output polynomial network: a hidden layer with squared activation.
+
+    Computes, for each output ``c``,
+    ``o_c(x) = sum_r V[r, c] (h_r . x)^2 = x^T W_c x`` with ``W_c = H^T diag(v_c) H``,
+    where ``H`` (``rank x d``, attribute ``basis``) is shared by all outputs and ``V``
+    (``rank x units``, attribute ``output_weights``) mixes the hidden units per output.
+    With ``augment=True`` the input is ``[1, x]`` (the constant first), so ``H`` has
+    ``d + 1`` columns and the quadratic form also holds the linear term ``2 W_c[0, 1:] . x``
+    and the bias ``W_c[0, 0]``. Cost ``O(d k)`` per example, ``O(nnz k)`` for sparse inputs.
+
+    Args:
+        units: number of outputs ``m``, a positive integer.
+        rank: number of basis vectors (hidden units) ``k``, a positive integer.
+        augment: prepend a constant feature 1 to the inputs.
+        basis_initializer: initializer of ``basis``.
+        output_initializer: initializer of ``output_weights``.
+        basis_regularizer: optional regularizer of ``basis``.
+        output_regularizer: optional regularizer of ``output_weights``.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
+            no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
+            a subclassed one with ``jit_compile=False``.
+
+    Returns:
+        Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
+
+    Example:
+        >>> layer = PolynomialNetwork(units=2, rank=1)
+        >>> layer.build((None, 2))
+        >>> layer.set_weights([np.array([[1.0, 2.0]]), np.array([[1.0, -1.0]])])
+        >>> layer(np.array([[1.0, 1.0]])).numpy()  # (1 + 2)^2 times (1, -1)
+        array([[ 9., -9.]], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        units: int,
+        rank: int,
+        augment: bool = False,
+        basis_initializer="glorot_uniform",
+        output_initializer="glorot_uniform",
+        basis_regularizer=None,
+        output_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            rank,
+            basis_initializer=basis_initializer,
+            output_initializer=output_initializer,
+            basis_regularizer=basis_regularizer,
+            output_regularizer=output_regularizer,
+            **kwargs,
+        )
+        self.augment = bool(augment)
+
+    def _basis_dim(self, input_dim: int) -> int:
+        return input_dim + 1 if self.augment else input_dim
+
+    def call(self, inputs) -> tf.Tensor:
+        return _ops.polynomial_network(
+            self._cast_inputs(inputs), self.basis, self.output_weights, augment=self.augment
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["augment"] = self.augment
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_structured")
+class FactorizationMachine(_SharedBasisLayer):
+    """Multi-output factorization machine: pairwise interactions through a shared low-rank basis.
+
+    Computes, for each output ``c``,
+    ``o_c(x) = b_c + w_c . x + sum_r V[r, c] ANOVA2(h_r, x)`` with
+    ``ANOVA2(h, x) = sum_{i<j} h_i x_i h_j x_j = ((h . x)^2 - sum_i h_i^2 x_i^2) / 2``,
+    i.e. ``sum_{i<j} (W_c)_{ij} x_i x_j`` with ``W_c = H^T diag(v_c) H``: unlike
+    :class:`PolynomialNetwork`, no squared feature ``x_i^2`` enters. ``H`` (``rank x d``) is the
+    attribute ``basis``, ``V`` (``rank x units``) ``output_weights``, ``w`` (``d x units``)
+    ``kernel`` and ``b`` ``bias``. Cost ``O(d k)`` per example, ``O(nnz k)`` for sparse inputs.
+
+    Args:
+        units: number of outputs ``m``, a positive integer.
+        rank: number of basis vectors ``k``, a positive integer.
+        use_linear: learn the linear term ``w_c . x``.
+        use_bias: learn the bias ``b_c``.
+        basis_initializer: initializer of ``basis``.
+        output_initializer: initializer of ``output_weights``.
+        kernel_initializer: initializer of ``kernel``.
+        bias_initializer: initializer of ``bias``.
+        basis_regularizer: optional regularizer of ``basis``.
+        output_regularizer: optional regularizer of ``output_weights``.
+        kernel_regularizer: optional regularizer of ``kernel``.
+        bias_regularizer: optional regularizer of ``bias``.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
+            no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
+            a subclassed one with ``jit_compile=False``.
+
+    Returns:
+        Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
+
+    Example:
+        >>> layer = FactorizationMachine(units=1, rank=1)
+        >>> layer.build((None, 3))
+        >>> basis, output_weights = np.array([[1.0, 2.0, 3.0]]), np.array([[1.0]])
+        >>> kernel, bias = np.array([[1.0], [0.0], [0.0]]), np.array([0.5])
+        >>> layer.set_weights([basis, output_weights, kernel, bias])
+        >>> layer(np.ones((1, 3))).numpy()  # (1*2 + 1*3 + 2*3) + 1 + 0.5
+        array([[12.5]], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        units: int,
+        rank: int,
+        use_linear: bool = True,
+        use_bias: bool = True,
+        basis_initializer="glorot_uniform",
+        output_initializer="glorot_uniform",
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        basis_regularizer=None,
+        output_regularizer=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            rank,
+            basis_initializer=basis_initializer,
+            output_initializer=output_initializer,
+            basis_regularizer=basis_regularizer,
+            output_regularizer=output_regularizer,
+            **kwargs,
+        )
+        self.use_linear, self.use_bias = bool(use_linear), bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+
+    def build(self, input_shape) -> None:
+        super().build(input_shape)
+        self.kernel = self.bias = None
+        if self.use_linear:
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(input_shape[-1], self.units),
+                initializer=self.kernel_initializer,
+                regularizer=self.kernel_regularizer,
+            )
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias",
+                shape=(self.units,),
+                initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer,
+            )
+
+    def call(self, inputs) -> tf.Tensor:
+        return _ops.factorization_machine(
+            self._cast_inputs(inputs), self.basis, self.output_weights, kernel=self.kernel, bias=self.bias
+        )
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            use_linear=self.use_linear,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
+            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
+        )
+        return config
