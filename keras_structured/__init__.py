@@ -1,6 +1,6 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
-from keras_structured import engine, ops, projections
+from keras_structured import engine, ops, polynomial, projections
 from keras_structured.layers import (
     SparseMAP,
     SparseMAPBudget,
@@ -20,10 +20,14 @@ from keras_structured.losses import (
     sparsemax_loss,
 )
 from keras_structured.ops import map_decode, sparsemap, sparsemap_sequence, sparsemax
+from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FactorizationMachine",
+    "PolynomialNetwork",
+    "polynomial",
     "LinearChainCRFLoss",
     "MarginSparseMAPLoss",
     "SparseMAPLoss",
