@@ -41,12 +41,12 @@ def _initial_tables(scores, n, single_root):
 @numba.njit(cache=True, nogil=True)
 def _best_entering(target, node_at, weight, rank):
     """Slot of the live node with the best arc into slot ``target`` (smallest slot on ties)."""
-    best = -1
+    best, best_rank, best_weight = -1, 0, 0.0
     for x in range(node_at.shape[0]):
         if x == target or node_at[x] < 0:
             continue
-        if best < 0 or _better(rank[x, target], weight[x, target], rank[best, target], weight[best, target]):
-            best = x
+        if best < 0 or _better(rank[x, target], weight[x, target], best_rank, best_weight):
+            best, best_rank, best_weight = x, rank[x, target], weight[x, target]
     return best
 
 
@@ -65,18 +65,15 @@ def _contract(cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_ran
     for x in range(node_at.shape[0]):
         if node_at[x] < 0:
             continue
-        enter, leave = 0, 0
+        s = slots[0]
+        enter, enter_rank, enter_weight = 0, rank[x, s] - in_rank[cycle[0]], weight[x, s] - in_weight[cycle[0]]
+        leave, leave_rank, leave_weight = 0, rank[s, x], weight[s, x]
         for i in range(1, len(cycle)):
-            s, e = slots[i], slots[enter]
-            if _better(
-                rank[x, s] - in_rank[cycle[i]],
-                weight[x, s] - in_weight[cycle[i]],
-                rank[x, e] - in_rank[cycle[enter]],
-                weight[x, e] - in_weight[cycle[enter]],
-            ):
-                enter = i
-            if _better(rank[s, x], weight[s, x], rank[slots[leave], x], weight[slots[leave], x]):
-                leave = i
+            s, v = slots[i], cycle[i]
+            if _better(rank[x, s] - in_rank[v], weight[x, s] - in_weight[v], enter_rank, enter_weight):
+                enter, enter_rank, enter_weight = i, rank[x, s] - in_rank[v], weight[x, s] - in_weight[v]
+            if _better(rank[s, x], weight[s, x], leave_rank, leave_weight):
+                leave, leave_rank, leave_weight = i, rank[s, x], weight[s, x]
         s, v = slots[enter], cycle[enter]
         weight[x, slots[0]], rank[x, slots[0]] = weight[x, s] - in_weight[v], rank[x, s] - in_rank[v]
         arc[x, slots[0]] = arc[x, s]
