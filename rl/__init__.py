@@ -1,1 +1,10 @@
-"""Constrained policy optimisation with projected policies (filled in by the RL issue)."""
+"""Constrained policy optimisation with projected policies (Akrour et al. 2019) and a PPO baseline.
+
+Modules: :mod:`rl.config` (dataclass config, per-family defaults), :mod:`rl.envs` (env list
+with checkpointable state), :mod:`rl.policies` (Keras networks, ``tfp`` distributions),
+:mod:`rl.projection` (entropy / KL projections of policy parameters), :mod:`rl.gae`,
+:mod:`rl.normalization`, :mod:`rl.algorithms` (trainers), :mod:`rl.logger`,
+:mod:`rl.checkpoint`, :mod:`rl.evaluation`, :mod:`rl.plotting`, :mod:`rl.cli`.
+
+Importing ``rl`` does not import gymnasium or TensorFlow; the submodules do.
+"""

@@ -65,8 +65,8 @@ def _contract(cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_ran
     for x in range(node_at.shape[0]):
         if node_at[x] < 0:
             continue
-        s = slots[0]
-        enter, enter_rank, enter_weight = 0, rank[x, s] - in_rank[cycle[0]], weight[x, s] - in_weight[cycle[0]]
+        s, v = slots[0], cycle[0]
+        enter, enter_rank, enter_weight = 0, rank[x, s] - in_rank[v], weight[x, s] - in_weight[v]
         leave, leave_rank, leave_weight = 0, rank[s, x], weight[s, x]
         for i in range(1, len(cycle)):
             s, v = slots[i], cycle[i]

@@ -1,0 +1,427 @@
+"""Shared machinery of both algorithms: rollouts, GAE, the compiled update, logging, checkpoints.
+
+:class:`Trainer.train` reads top to bottom: collect a batch with the executed policy,
+normalise and evaluate it, take ``update_epochs`` passes of minibatch Adam steps on the
+policy loss (the one thing subclasses define, :meth:`Trainer._policy_loss`) and the value
+loss inside a single ``tf.function``, let the subclass finish the update
+(:meth:`Trainer._finish_update`: the projected algorithm makes the executed policy equal
+to the projected one there), then measure the constraints between the consecutive
+executed policies on the batch states, log and checkpoint.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import gymnasium as gym
+import keras
+import numpy as np
+import tensorflow as tf
+
+from rl.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from rl.config import TrainConfig
+from rl.envs import EnvList, make_env
+from rl.gae import gae
+from rl.logger import Logger
+from rl.normalization import ReturnScaler, RunningMeanStd
+from rl.policies import Params, ValueNetwork, make_policy, preserve_first_layer
+from rl.projection import NO_BOUND
+
+
+def adam(learning_rate: float, max_grad_norm: float) -> keras.optimizers.Adam:
+    """Adam with global gradient-norm clipping (every optimizer of both algorithms)."""
+    return keras.optimizers.Adam(learning_rate, global_clipnorm=max_grad_norm)
+
+
+class Batch(NamedTuple):
+    """One iteration of data, flattened to ``N = num_steps * num_envs`` samples (tensors)."""
+
+    obs: tf.Tensor
+    actions: tf.Tensor
+    advantages: tf.Tensor
+    returns: tf.Tensor
+    old_params: Params
+    old_log_prob: tf.Tensor
+
+
+class Rollout(NamedTuple):
+    """Raw arrays of one rollout, time first ``(num_steps, num_envs, ...)``."""
+
+    obs: np.ndarray
+    next_obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    done: np.ndarray
+    episodes: list[tuple[float, int]]
+
+
+class Constraints(NamedTuple):
+    """Constraint statistics between the old and new executed policies on the batch states."""
+
+    kl_mean: float
+    kl_max: float
+    entropy_mean: float
+    entropy_min: float
+
+    def kl(self, per_state: bool) -> float:
+        """The constrained KL: max over states per state, else the mean."""
+        return self.kl_max if per_state else self.kl_mean
+
+    def entropy(self, per_state: bool) -> float:
+        """The constrained entropy: min over states per state, else the mean."""
+        return self.entropy_min if per_state else self.entropy_mean
+
+
+class Trainer(abc.ABC):
+    """On-policy actor-critic trainer; subclasses define the policy loss and finish the update.
+
+    Args:
+        config: the run configuration (validated here, before anything is built).
+        verbose: show a progress bar.
+
+    Raises:
+        ValueError: for an invalid config, unknown env, unsupported action space, or an
+            entropy bound at or above the maximum entropy of the policy.
+    """
+
+    def __init__(self, config: TrainConfig, verbose: bool = False):
+        config.validate()
+        self.config = config
+        self.verbose = verbose
+        keras.utils.set_random_seed(config.seed)
+        self.envs = EnvList(config.env_id, config.num_envs, config.seed)
+        obs_dim = self.envs.single_observation_space.shape[0]
+        self.action_space = self.envs.single_action_space
+        self.policy = make_policy(
+            obs_dim,
+            self.action_space,
+            config.hidden_sizes,
+            config.activation,
+            config.seed,
+            config.gaussian,
+            config.init_std,
+        )
+        if config.entropy_bound is not None and config.entropy_bound >= self.policy.max_entropy:
+            raise ValueError(
+                f"entropy_bound must be below the maximum entropy {self.policy.max_entropy!r} of the "
+                f"{config.env_id} policy. Received: entropy_bound={config.entropy_bound!r}"
+            )
+        self.value = ValueNetwork(obs_dim, config.hidden_sizes, config.activation, config.seed + 100)
+        self.policy_optimizer = adam(config.policy_lr, config.max_grad_norm)
+        self.value_optimizer = adam(config.value_lr, config.max_grad_norm)
+        self.policy_optimizer.build(self.policy.variables)
+        self.value_optimizer.build(self.value.variables)
+        self.obs_rms = RunningMeanStd((obs_dim,)) if config.normalize_obs else None
+        self.reward_scaler = ReturnScaler(config.num_envs, config.gamma) if config.normalize_rewards else None
+        self.rng = np.random.default_rng(config.seed)
+        self.iteration = 0
+        self.global_step = 0
+        self._continuous = isinstance(self.action_space, gym.spaces.Box)
+        self._train_epochs = tf.function(self._train_epochs_impl)
+        self._evaluate_batch = tf.function(self._evaluate_batch_impl)
+        self._measure = tf.function(self._measure_impl)
+        if self.obs_rms is not None and config.obs_norm_warmup_steps > 0:
+            self._warm_up_obs_rms(config.obs_norm_warmup_steps)
+
+    # ----------------------------------------------------------------------------------- loop
+    def train(self) -> dict[str, float]:
+        """Trains until ``config.total_steps``; returns the last logged row.
+
+        Raises:
+            FloatingPointError: a loss or parameter became NaN/inf; names the iteration. The
+                checkpoints written so far are kept untouched.
+        """
+        config = self.config
+        logdir = Path(config.logdir)
+        logdir.mkdir(parents=True, exist_ok=True)
+        config.save(logdir / "config.json")
+        resumed = self.iteration > 0
+        logger = Logger(
+            logdir,
+            self.iteration if resumed else None,
+            config.num_iterations * config.batch_size if self.verbose else None,
+            self.global_step,
+        )
+        start_time, start_step = time.perf_counter(), self.global_step
+        row: dict[str, float] = {}
+        try:
+            while self.iteration < config.num_iterations:
+                self.iteration += 1
+                rollout = self._collect()
+                batch = self._prepare(rollout)
+                entropy_bound = self._entropy_bound(batch)
+                old_weights = [tf.identity(v) for v in self.policy.variables]
+                policy_loss, value_loss = self._update(batch, entropy_bound)
+                self._check_finite({"losses/policy_loss": policy_loss, "losses/value_loss": value_loss})
+                extra = self._finish_update(batch, entropy_bound, old_weights)
+                self._check_finite({k: v for k, v in extra.items() if k.startswith("losses/")})
+                constraints = self._constraints(batch)
+                self.global_step += config.batch_size
+                row = self._row(rollout, policy_loss, value_loss, constraints, entropy_bound, extra)
+                row["time/sps"] = (self.global_step - start_step) / (time.perf_counter() - start_time)
+                logger.log(row)
+                if self.iteration % config.checkpoint_every == 0 or self.iteration == config.num_iterations:
+                    self.save()
+        finally:
+            logger.close()
+        return row
+
+    # ------------------------------------------------------------------------------- rollout
+    def _normalize(self, obs: np.ndarray) -> np.ndarray:
+        if self.obs_rms is None:
+            return obs.astype(np.float32)
+        return ((obs - self.obs_rms.mean) / self.obs_rms.std).astype(np.float32)
+
+    def _collect(self) -> Rollout:
+        """Steps the envs ``num_steps`` times with the executed policy (numpy forward pass)."""
+        config = self.config
+        shape = (config.num_steps, config.num_envs)
+        obs_shape = shape + self.envs.obs.shape[1:]
+        obs, next_obs = np.empty(obs_shape), np.empty(obs_shape)
+        actions = np.empty(shape + self.action_space.shape, np.float32 if self._continuous else np.int64)
+        rewards, terminated, done = np.empty(shape), np.empty(shape, bool), np.empty(shape, bool)
+        weights = self.policy.numpy_weights()
+        episodes = []
+        low, high = (self.action_space.low, self.action_space.high) if self._continuous else (None, None)
+        for t in range(config.num_steps):
+            obs[t] = self.envs.obs
+            actions[t] = self.policy.act_numpy(weights, self._normalize(obs[t]), self.rng)
+            env_actions = np.clip(actions[t], low, high) if self._continuous else actions[t]
+            _, rewards[t], terminated[t], truncated, next_obs[t], finished = self.envs.step(env_actions)
+            done[t] = terminated[t] | truncated
+            if self.reward_scaler is not None:
+                rewards[t] = self.reward_scaler(rewards[t], done[t])
+            episodes.extend(finished)
+        return Rollout(obs, next_obs, actions, rewards, terminated, done, episodes)
+
+    def _warm_up_obs_rms(self, steps: int) -> None:
+        """Initialises the observation statistics from ``steps`` uniformly random actions."""
+        env = make_env(self.config.env_id)
+        env.action_space.seed(self.config.seed + 54321)
+        obs, _ = env.reset(seed=self.config.seed + 54321)
+        samples = [obs]
+        for _ in range(steps - 1):
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                obs, _ = env.reset()
+            samples.append(obs)
+        env.close()
+        self.obs_rms.update(np.asarray(samples))
+
+    # ------------------------------------------------------------------------------- batch
+    def _prepare(self, rollout: Rollout) -> Batch:
+        """Observation statistics, values, GAE and the old policy's parameters on the batch."""
+        obs_dim = rollout.obs.shape[-1]
+        if self.obs_rms is not None:
+            old_mean, old_std = self.obs_rms.mean, self.obs_rms.std
+            self.obs_rms.update(rollout.obs.reshape(-1, obs_dim))
+            for network in (self.policy.network, self.value.network):
+                preserve_first_layer(network, old_mean, old_std, self.obs_rms.mean, self.obs_rms.std)
+        obs = tf.constant(self._normalize(rollout.obs.reshape(-1, obs_dim)))
+        next_obs = tf.constant(self._normalize(rollout.next_obs.reshape(-1, obs_dim)))
+        actions = tf.constant(rollout.actions.reshape((-1,) + rollout.actions.shape[2:]))
+        values, next_values, old_params, old_log_prob = self._evaluate_batch(obs, next_obs, actions)
+        shape = rollout.rewards.shape
+        advantages, returns = gae(
+            rollout.rewards,
+            values.numpy().reshape(shape),
+            next_values.numpy().reshape(shape),
+            rollout.terminated,
+            rollout.done,
+            self.config.gamma,
+            self.config.gae_lambda,
+        )
+        advantages = advantages.reshape(-1)
+        if self.config.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return Batch(
+            obs,
+            actions,
+            tf.constant(advantages, tf.float32),
+            tf.constant(returns.reshape(-1), tf.float32),
+            old_params,
+            old_log_prob,
+        )
+
+    def _evaluate_batch_impl(self, obs, next_obs, actions):
+        params = self.policy.params(obs)
+        return self.value(obs), self.value(next_obs), params, self.policy.log_prob(params, actions)
+
+    # ------------------------------------------------------------------------------- update
+    def _update(self, batch: Batch, entropy_bound: float | None) -> tuple[float, float]:
+        """``update_epochs`` shuffled passes of minibatch Adam steps; returns the mean losses."""
+        n, size = self.config.batch_size, self.config.minibatch_size
+        num_minibatches = n // size
+        perms = np.stack(
+            [
+                self.rng.permutation(n)[: num_minibatches * size].reshape(num_minibatches, size)
+                for _ in range(self.config.update_epochs)
+            ]
+        )
+        bound = tf.constant(self._bound_value(entropy_bound), tf.float32)
+        try:
+            policy_loss, value_loss = self._train_epochs(batch, tf.constant(perms, tf.int32), bound)
+        except tf.errors.InvalidArgumentError as error:
+            raise self._nan_error("the policy update (non-finite values)") from error
+        return float(policy_loss), float(value_loss)
+
+    def _train_epochs_impl(self, batch: Batch, perms: tf.Tensor, entropy_bound: tf.Tensor):
+        policy_total, value_total = tf.constant(0.0), tf.constant(0.0)
+        for epoch in tf.range(tf.shape(perms)[0]):
+            for m in tf.range(tf.shape(perms)[1]):
+                idx = perms[epoch, m]
+                obs = tf.gather(batch.obs, idx)
+                with tf.GradientTape() as tape:
+                    policy_loss = self._policy_loss(
+                        self.policy.params(obs),
+                        self.policy.select(batch.old_params, idx),
+                        tf.gather(batch.actions, idx),
+                        tf.gather(batch.old_log_prob, idx),
+                        tf.gather(batch.advantages, idx),
+                        entropy_bound,
+                    )
+                grads = tape.gradient(policy_loss, self.policy.variables)
+                self.policy_optimizer.apply_gradients(zip(grads, self.policy.variables, strict=True))
+                with tf.GradientTape() as tape:
+                    error = self.value(obs) - tf.gather(batch.returns, idx)
+                    value_loss = 0.5 * tf.reduce_mean(tf.square(error))
+                grads = tape.gradient(value_loss, self.value.variables)
+                self.value_optimizer.apply_gradients(zip(grads, self.value.variables, strict=True))
+                policy_total += policy_loss
+                value_total += value_loss
+        count = tf.cast(tf.size(perms) // tf.shape(perms)[2], tf.float32)
+        return policy_total / count, value_total / count
+
+    @abc.abstractmethod
+    def _policy_loss(
+        self,
+        params: Params,
+        old_params: Params,
+        actions: tf.Tensor,
+        old_log_prob: tf.Tensor,
+        advantages: tf.Tensor,
+        entropy_bound: tf.Tensor,
+    ) -> tf.Tensor:
+        """The minibatch policy loss (minimised), traced inside the compiled update."""
+
+    def _entropy_bound(self, batch: Batch) -> float | None:
+        """The entropy lower bound of this iteration (``None``: no bound)."""
+        return None
+
+    def _finish_update(
+        self, batch: Batch, entropy_bound: float | None, old_weights: list[tf.Tensor]
+    ) -> dict[str, float]:
+        """Runs after the epochs; returns extra CSV values (none by default)."""
+        return {}
+
+    @staticmethod
+    def _bound_value(entropy_bound: float | None) -> float:
+        """The bound as passed to the compiled functions (:data:`NO_BOUND` when inactive)."""
+        return NO_BOUND if entropy_bound is None else entropy_bound
+
+    # --------------------------------------------------------------------------- constraints
+    def _measure_impl(self, obs, old_params):
+        params = self.policy.params(obs)
+        return self.policy.kl(params, old_params), self.policy.entropy(params)
+
+    def _constraints(self, batch: Batch) -> Constraints:
+        """KL(new || old) and entropy of the executed policies on the batch states."""
+        kl, entropy = (x.numpy().astype(np.float64) for x in self._measure(batch.obs, batch.old_params))
+        return Constraints(float(kl.mean()), float(kl.max()), float(entropy.mean()), float(entropy.min()))
+
+    def _old_entropy(self, batch: Batch) -> float:
+        """The constrained entropy statistic of the old (executed) policy on the batch states."""
+        entropy = self.policy.entropy(batch.old_params).numpy().astype(np.float64)
+        return float(entropy.min() if self.config.per_state else entropy.mean())
+
+    # ------------------------------------------------------------------------------- logging
+    def _row(
+        self,
+        rollout: Rollout,
+        policy_loss: float,
+        value_loss: float,
+        constraints: Constraints,
+        entropy_bound: float | None,
+        extra: dict[str, float],
+    ) -> dict[str, float]:
+        per_state = self.config.per_state
+        returns = [r for r, _ in rollout.episodes]
+        lengths = [n for _, n in rollout.episodes]
+        row = {
+            "global_step": self.global_step,
+            "iteration": self.iteration,
+            "charts/episodic_return": float(np.mean(returns)) if returns else math.nan,
+            "charts/episodic_length": float(np.mean(lengths)) if lengths else math.nan,
+            "charts/episodes": len(returns),
+            "losses/policy_loss": policy_loss,
+            "losses/value_loss": value_loss,
+            "constraints/kl": constraints.kl(per_state),
+            "constraints/kl_mean": constraints.kl_mean,
+            "constraints/kl_max": constraints.kl_max,
+            "constraints/entropy": constraints.entropy(per_state),
+            "constraints/entropy_mean": constraints.entropy_mean,
+            "constraints/entropy_min": constraints.entropy_min,
+            "constraints/entropy_bound": math.nan if entropy_bound is None else entropy_bound,
+        }
+        row.update(extra)
+        return row
+
+    def _nan_error(self, where: str) -> FloatingPointError:
+        found = checkpoint_dirs(self.config.logdir)
+        kept = str(found[-1]) if found else "none written yet"
+        return FloatingPointError(
+            f"NaN/inf in {where} at iteration {self.iteration}; training stopped. "
+            f"Last good checkpoint (kept): {kept}"
+        )
+
+    def _check_finite(self, losses: dict[str, float]) -> None:
+        """Raises :meth:`_nan_error` if a loss or a network parameter is NaN or infinite."""
+        for name, value in losses.items():
+            if not math.isfinite(value):
+                raise self._nan_error(name)
+        for v in [*self.policy.variables, *self.value.variables]:
+            if not np.all(np.isfinite(v.numpy())):
+                raise self._nan_error(f"variable {v.path}")
+
+    # --------------------------------------------------------------------------- checkpoints
+    def _variables(self) -> dict[str, list[tf.Variable]]:
+        """Everything saved as arrays: networks and optimizer states."""
+        return {
+            "policy": self.policy.variables,
+            "value": self.value.variables,
+            "policy_optimizer": self.policy_optimizer.variables,
+            "value_optimizer": self.value_optimizer.variables,
+        }
+
+    def _state(self) -> dict:
+        """Everything else a resumed run needs to continue identically."""
+        return {
+            "iteration": self.iteration,
+            "global_step": self.global_step,
+            "rng": self.rng.bit_generator.state,
+            "envs": self.envs.get_state(),
+            "obs_rms": None if self.obs_rms is None else self.obs_rms.get_state(),
+            "reward_scaler": None if self.reward_scaler is None else self.reward_scaler.get_state(),
+        }
+
+    def _set_state(self, state: dict) -> None:
+        self.iteration, self.global_step = state["iteration"], state["global_step"]
+        self.rng.bit_generator.state = state["rng"]
+        self.envs.set_state(state["envs"])
+        if self.obs_rms is not None:
+            self.obs_rms.set_state(state["obs_rms"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.set_state(state["reward_scaler"])
+
+    def save(self) -> Path:
+        """Writes a checkpoint of the current iteration to ``{logdir}/checkpoints``."""
+        return save_checkpoint(self.config.logdir, self.iteration, self._variables(), self._state())
+
+    def restore(self, checkpoint: str | Path) -> None:
+        """Loads a checkpoint written by :meth:`save` (the run continues identically)."""
+        self._set_state(load_checkpoint(checkpoint, self._variables()))

@@ -1,0 +1,80 @@
+"""``python -m rl`` in subprocesses: train (CartPole, Pendulum), evaluate, plot, resume, errors."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl.logger import COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--set", "update_epochs=2", "--set", "distill_epochs=2", "--quiet"]
+
+
+def _run(*args, check=True):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "rl", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _rows(logdir):
+    with (Path(logdir) / "progress.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    logdirs = {}
+    for env_id in ("CartPole-v1", "Pendulum-v1"):
+        logdirs[env_id] = root / f"{env_id}__projected__s0"
+        _run("train", "--env", env_id, "--steps", "2000", "--logdir", str(logdirs[env_id]), *FAST)
+    return logdirs
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_train_writes_the_contract(runs, env_id):
+    logdir = runs[env_id]
+    rows = _rows(logdir)
+    assert rows and set(COLUMNS) <= set(rows[0])
+    assert int(rows[-1]["global_step"]) >= 2000
+    assert [int(r["iteration"]) for r in rows] == list(range(1, len(rows) + 1))
+    assert (logdir / "config.json").is_file()
+    assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
+    assert (logdir / "checkpoints").is_dir()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_evaluate_json(runs, env_id):
+    result = _run("evaluate", "--checkpoint", str(runs[env_id]), "--episodes", "2", "--json")
+    values = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(values) == {"deterministic_mean", "deterministic_std", "stochastic_mean", "stochastic_std"}
+
+
+def test_plot_and_resume(runs, tmp_path):
+    output = tmp_path / "curves.png"
+    _run("plot", str(runs["CartPole-v1"]), str(runs["Pendulum-v1"]), "--output", str(output))
+    assert output.stat().st_size > 1000
+    logdir = runs["CartPole-v1"]
+    before = len(_rows(logdir))
+    _run("train", "--resume", "--logdir", str(logdir), "--steps", "3000", "--quiet")
+    assert len(_rows(logdir)) > before
+
+
+def test_errors_exit_before_training(tmp_path):
+    result = _run("train", "--env", "MountainCarContinuous-v9", "--logdir", str(tmp_path / "x"), check=False)
+    assert result.returncode == 2 and "Unknown env_id" in result.stderr
+    result = _run(
+        "train", "--env", "CartPole-v1", "--kl-bound", "-1", "--logdir", str(tmp_path / "x"), check=False
+    )
+    assert result.returncode == 2 and "kl_bound" in result.stderr
+    assert not (tmp_path / "x").exists()
+    assert _run("--help").returncode == 0
