@@ -9,11 +9,11 @@ Per state (``per_state=True``) every state gets its own coefficients; averaged
 (``per_state=False``) one coefficient per constraint for the whole batch and the constraints
 are on the batch means (``E_s[KL] <= eps``, ``E_s[H] >= bound``).
 
-Built from :mod:`keras_structured.projections`: ``entropy``, ``kl_divergence``,
-``interpolation_coefficient``, ``mix``, ``gaussian_entropy``, ``gaussian_kl_parts`` and
-``project_gaussian_kl``. The entropy bound is a tensor here (it changes every iteration inside
-one compiled update), which ``EntropyLowerBound`` and ``project_gaussian_entropy`` (Python
-float bounds) do not accept, so the two entropy steps are written with the primitives.
+Built from :mod:`keras_structured.projections`: ``project_gaussian_entropy`` and
+``project_gaussian_kl`` for Gaussians; for categoricals the interpolation primitives
+(``entropy``, ``kl_divergence``, ``interpolation_coefficient``, ``mix``), because the entropy
+bound is a tensor here (it changes every iteration inside one compiled update) and the
+constraint objects (``EntropyLowerBound``) hold Python-float bounds.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from keras_structured.projections import (
     interpolation_coefficient,
     kl_divergence,
     mix,
+    project_gaussian_entropy,
     project_gaussian_kl,
 )
 
@@ -97,8 +98,9 @@ def project_gaussian(
 ) -> tuple[tuple[tf.Tensor, tf.Tensor], ProjectionInfo]:
     """Projects ``N(mean, scale)`` onto ``{H >= bound, KL(. || N(old_mean, old_scale)) <= eps}``.
 
-    Entropy: the exact rescaling ``scale -> c scale``, ``c = exp(max(bound - H, 0) / d)``
-    (``H`` per state, or its batch mean with one shared ``c``). KL: the decomposed projection
+    Entropy: the exact rescaling ``scale -> c scale`` of
+    :func:`~keras_structured.projections.project_gaussian_entropy` (``H`` per state, or its
+    batch mean with one shared ``c``). KL: the decomposed projection
     :func:`~keras_structured.projections.project_gaussian_kl` with ``eps / 2`` for the mean
     part and ``eps / 2`` for the covariance part, so the total KL is at most ``eps``.
 
@@ -116,13 +118,10 @@ def project_gaussian(
         ``((projected_mean, projected_scale), info)``.
     """
     batch = tf.shape(mean)[:1]
-    d = tf.cast(tf.shape(mean)[-1], mean.dtype)
+    bound = tf.cast(entropy_bound, mean.dtype)
     entropies = gaussian_entropy(scale, diagonal)
-    if not per_state:
-        entropies = tf.reduce_mean(entropies)
-    log_c = tf.maximum(tf.cast(entropy_bound, mean.dtype) - entropies, 0.0) / d
-    factor = tf.exp(log_c)[..., None] if diagonal else tf.exp(log_c)[..., None, None]
-    scale = tf.where(factor > 1.0, factor * scale, scale)
+    entropy_active = (entropies if per_state else tf.reduce_mean(entropies)) < bound
+    _, scale = project_gaussian_entropy(mean, scale, bound, diagonal, average_over_batch=not per_state)
     half = 0.5 * kl_bound
     kl_mean, kl_cov = gaussian_kl_parts(mean, scale, old_mean, old_scale, diagonal)
     if per_state:
@@ -131,7 +130,7 @@ def project_gaussian(
         kl_active = tf.logical_or(tf.reduce_mean(kl_mean) > half, tf.reduce_mean(kl_cov) > half)
     projected = project_gaussian_kl(mean, scale, old_mean, old_scale, half, half, not per_state, diagonal)
     info = ProjectionInfo(
-        tf.cast(tf.broadcast_to(log_c > 0.0, batch), tf.float32),
+        tf.cast(tf.broadcast_to(entropy_active, batch), tf.float32),
         tf.cast(tf.broadcast_to(kl_active, batch), tf.float32),
     )
     return projected, info

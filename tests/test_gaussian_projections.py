@@ -104,6 +104,22 @@ def test_entropy_bound_property(seed, d, diagonal, bound):
 
 
 @pytest.mark.parametrize("diagonal", [False, True])
+def test_entropy_bound_on_batch_mean_with_tensor_bound(diagonal):
+    mean, scale, _, _ = make_problem(3, 4, 2, diagonal)
+    entropies = mvn(mean, scale, diagonal).entropy().numpy()
+    bound = float(entropies.mean()) + 0.5  # violated on average, not by every row
+    project = tf.function(
+        lambda b: project_gaussian_entropy(mean, scale, b, diagonal=diagonal, average_over_batch=True)[1]
+    )
+    new_scale = project(tf.constant(bound, tf.float64)).numpy()
+    new_entropies = mvn(mean, new_scale, diagonal).entropy().numpy()
+    assert abs(new_entropies.mean() - bound) < TOL
+    np.testing.assert_allclose(new_entropies - entropies, new_entropies[0] - entropies[0], atol=TOL)
+    _, same = project_gaussian_entropy(mean, scale, float(entropies.mean()) - 1.0, diagonal, True)
+    np.testing.assert_array_equal(same.numpy(), np.asarray(scale))
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
 def test_entropy_gradient_matches_finite_differences(diagonal):
     rng = np.random.default_rng(1)
     scale = random_tril(rng, 2, 2, scale=0.1)

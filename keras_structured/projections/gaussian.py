@@ -173,7 +173,7 @@ def gaussian_kl_parts(
 
 
 def project_gaussian_entropy(
-    mean, scale_tril, min_entropy: float, diagonal: bool = False
+    mean, scale_tril, min_entropy, diagonal: bool = False, average_over_batch: bool = False
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Projects ``N(m, L L^T)`` onto ``{H >= min_entropy}`` by rescaling ``L``.
 
@@ -181,21 +181,25 @@ def project_gaussian_entropy(
     min_entropy``: since ``H(c L) = H(L) + d log c``, ``c = exp((min_entropy - H) / d)`` where
     ``H < min_entropy`` (the projected entropy equals the bound up to round-off) and
     ``c = 1`` elsewhere, where ``L`` is returned exactly. The mean is unchanged. ``c`` is
-    differentiable in ``L``, so gradients flow through the rescaling.
+    differentiable in ``L``, so gradients flow through the rescaling. With
+    ``average_over_batch`` the constraint is on the batch mean of ``H`` and one ``c`` rescales
+    every row.
 
     Args:
         mean: means ``(batch, d)`` (returned as is, after the NaN check).
         scale_tril: Cholesky factors ``(batch, d, d)`` with positive diagonal (the strict
             upper triangle is ignored), or standard deviations ``(batch, d)`` with
             ``diagonal=True``.
-        min_entropy: the bound in nats, a finite number.
+        min_entropy: the bound in nats, a finite number or a scalar tensor (e.g. a bound that
+            changes inside one compiled training step).
         diagonal: whether ``scale_tril`` holds standard deviations.
+        average_over_batch: bound the batch mean of the entropies instead of each one.
 
     Returns:
         ``(mean, projected_scale)``, ``projected_scale`` shaped like ``scale_tril``.
 
     Raises:
-        ValueError: if ``min_entropy`` is not a finite number.
+        ValueError: if ``min_entropy`` is a Python number that is not finite.
         tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
 
     Example:
@@ -204,10 +208,14 @@ def project_gaussian_entropy(
         >>> round(float(gaussian_entropy(s, diagonal=True)[0]), 6), s.dtype.name
         (2.0, 'float64')
     """
-    min_entropy = _check_finite_number("min_entropy", min_entropy)
+    if not isinstance(min_entropy, tf.Tensor):
+        min_entropy = _check_finite_number("min_entropy", min_entropy)
     mean = _as_float(mean, name="mean")
     scale = _prepare_scale(scale_tril, diagonal, mean.dtype, "scale_tril")
+    min_entropy = tf.cast(min_entropy, scale.dtype)
     entropy = gaussian_entropy(scale, diagonal)
+    if average_over_batch:
+        entropy = tf.reduce_mean(entropy)
     d = tf.cast(tf.shape(scale)[-1], scale.dtype)
     violated = entropy < min_entropy
     log_c = tf.where(violated, (min_entropy - entropy) / d, tf.zeros_like(entropy))
