@@ -6,7 +6,14 @@ lexicographically, where ``penalty`` is 1 on root arcs when only one root child
 is allowed and 0 otherwise. Edmonds' algorithm is exact over any totally ordered
 abelian group, so this is the classic "subtract a huge constant from every root
 arc" reduction for single-root trees, done without rounding: the optimum has
-the fewest root arcs (one) and, among those, the highest score.
+the fewest root arcs (one) and, among those, the highest score. Without the
+single-root option every penalty is 0 and the ranks are never read.
+
+The tables are stored by dependent: row ``t`` holds the arcs entering slot
+``t``. Without ranks, slots that are gone (merged into a supernode, or ``t``
+itself) hold ``-inf``, so finding the best entering arc and merging a cycle are
+branch-free scans of contiguous rows; with ranks, the scans run over a list of
+the live slots, which shrinks with every contraction.
 """
 
 from __future__ import annotations
@@ -25,62 +32,116 @@ def _better(rank: int, weight: float, best_rank: int, best_weight: float) -> boo
 
 @numba.njit(cache=True, nogil=True)
 def _initial_tables(scores, n, single_root):
-    """Best arc between every two slots: weight, rank and original arc ``head * (n + 1) + dependent``."""
+    """Best arc into every slot from every slot: weight, rank and original arc
+    ``head * (n + 1) + dependent``, indexed ``[dependent slot, head slot]``."""
     size = n + 1
-    weight = scores[:size, :size].copy()
-    rank = np.zeros((size, size), dtype=np.int64)
-    if single_root:
-        rank[0, :] = -1
+    weight = np.empty((size, size))
     arc = np.empty((size, size), dtype=np.int64)
-    for h in range(size):
-        for d in range(size):
-            arc[h, d] = h * size + d
+    for d in range(size):
+        for h in range(size):
+            weight[d, h] = scores[h, d]
+            arc[d, h] = h * size + d
+        weight[d, d] = -np.inf
+    rank = np.zeros((size if single_root else 1, size), dtype=np.int64)
+    if single_root:
+        rank[:, 0] = -1
     return weight, rank, arc
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_entering(target, node_at, weight, rank):
-    """Slot of the live node with the best arc into slot ``target`` (smallest slot on ties)."""
-    best, best_rank, best_weight = -1, 0, 0.0
-    for x in range(node_at.shape[0]):
-        if x == target or node_at[x] < 0:
-            continue
-        if best < 0 or _better(rank[x, target], weight[x, target], best_rank, best_weight):
-            best, best_rank, best_weight = x, rank[x, target], weight[x, target]
+def _best_entering(target, weight, rank, live, live_count, single_root):
+    """Slot with the best arc into slot ``target`` (smallest slot on ties)."""
+    row = weight[target]
+    if single_root:
+        best, best_rank, best_weight = -1, 0, 0.0
+        for j in range(live_count):
+            x = live[j]
+            if x != target and (best < 0 or _better(rank[target, x], row[x], best_rank, best_weight)):
+                best, best_rank, best_weight = x, rank[target, x], row[x]
+        return best
+    best, best_weight = 0, row[0]
+    for x in range(1, row.shape[0]):
+        if row[x] > best_weight:
+            best, best_weight = x, row[x]
     return best
 
 
 @numba.njit(cache=True, nogil=True)
-def _contract(cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_rank, parent):
+def _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, live, live_count):
+    """The merge of :func:`_contract` with lexicographic ``(rank, weight)`` arcs, over the
+    live slots outside the cycle: the best reweighted arc from each into the cycle and out
+    of it, kept in row and column ``first``."""
+    for j in range(live_count):
+        x = live[j]
+        if x == first:
+            continue
+        enter, enter_rank, enter_weight = (
+            first,
+            rank[first, x] - in_rank[cycle[0]],
+            weight[first, x] - in_weight[cycle[0]],
+        )
+        leave, leave_rank, leave_weight = first, rank[x, first], weight[x, first]
+        for i in range(1, len(cycle)):
+            s, v = slot_of[cycle[i]], cycle[i]
+            candidate, candidate_rank = weight[s, x] - in_weight[v], rank[s, x] - in_rank[v]
+            if _better(candidate_rank, candidate, enter_rank, enter_weight):
+                enter, enter_rank, enter_weight = s, candidate_rank, candidate
+            if _better(rank[x, s], weight[x, s], leave_rank, leave_weight):
+                leave, leave_rank, leave_weight = s, rank[x, s], weight[x, s]
+        weight[first, x], rank[first, x], arc[first, x] = enter_weight, enter_rank, arc[enter, x]
+        weight[x, first], rank[x, first], arc[x, first] = leave_weight, leave_rank, arc[x, leave]
+
+
+@numba.njit(cache=True, nogil=True)
+def _contract(
+    cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_rank, parent, live, live_count, single_root
+):
     """Merge the nodes of ``cycle`` into supernode ``new``, which takes the first one's slot.
 
     An arc entering the cycle at ``v`` is reweighted by minus the weight of the
     cycle arc into ``v`` (Edmonds' contraction); arcs leaving the cycle keep their
-    weights. Only the best arc between ``new`` and each other live node is kept.
+    weights. Only the best arc between ``new`` and each other live node is kept
+    (the first cycle member on ties).
     """
-    slots = slot_of[cycle]
-    for v in cycle:
-        parent[v] = new
-        node_at[slot_of[v]] = -1
-    for x in range(node_at.shape[0]):
-        if node_at[x] < 0:
-            continue
-        s, v = slots[0], cycle[0]
-        enter, enter_rank, enter_weight = 0, rank[x, s] - in_rank[v], weight[x, s] - in_weight[v]
-        leave, leave_rank, leave_weight = 0, rank[s, x], weight[s, x]
-        for i in range(1, len(cycle)):
-            s, v = slots[i], cycle[i]
-            if _better(rank[x, s] - in_rank[v], weight[x, s] - in_weight[v], enter_rank, enter_weight):
-                enter, enter_rank, enter_weight = i, rank[x, s] - in_rank[v], weight[x, s] - in_weight[v]
-            if _better(rank[s, x], weight[s, x], leave_rank, leave_weight):
-                leave, leave_rank, leave_weight = i, rank[s, x], weight[s, x]
-        s, v = slots[enter], cycle[enter]
-        weight[x, slots[0]], rank[x, slots[0]] = weight[x, s] - in_weight[v], rank[x, s] - in_rank[v]
-        arc[x, slots[0]] = arc[x, s]
-        s = slots[leave]
-        weight[slots[0], x], rank[slots[0], x], arc[slots[0], x] = weight[s, x], rank[s, x], arc[s, x]
-    node_at[slots[0]] = new
-    slot_of[new] = slots[0]
+    size = weight.shape[0]
+    first = slot_of[cycle[0]]
+    for i in range(len(cycle)):
+        parent[cycle[i]] = new
+        node_at[slot_of[cycle[i]]] = -1
+    node_at[first] = new
+    slot_of[new] = first
+    kept = 0
+    for j in range(live_count):
+        if node_at[live[j]] >= 0:
+            live[kept] = live[j]
+            kept += 1
+    if single_root:
+        _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, live, kept)
+        return kept
+    # Without ranks, whole contiguous rows: gone slots hold -inf and never win.
+    # Arcs entering the cycle: row ``first`` becomes the best reweighted row of the members.
+    shift = in_weight[cycle[0]]
+    for x in range(size):
+        weight[first, x] -= shift
+    for i in range(1, len(cycle)):
+        s, v = slot_of[cycle[i]], cycle[i]
+        for x in range(size):
+            candidate = weight[s, x] - in_weight[v]
+            if candidate > weight[first, x]:
+                weight[first, x], arc[first, x] = candidate, arc[s, x]
+    # Arcs leaving the cycle: column ``first`` becomes the best column of the members.
+    for i in range(1, len(cycle)):
+        s = slot_of[cycle[i]]
+        for x in range(size):
+            if weight[x, s] > weight[x, first]:
+                weight[x, first], arc[x, first] = weight[x, s], arc[x, s]
+    # The other members' slots are gone, and arcs within the cycle become self-loops.
+    for i in range(1, len(cycle)):
+        s = slot_of[cycle[i]]
+        for x in range(size):
+            weight[x, s] = -np.inf
+    weight[first, first] = -np.inf
+    return kept
 
 
 @numba.njit(cache=True, nogil=True)
@@ -109,7 +170,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
     candidate met (smallest node).
 
     Args:
-        scores: ``(>= n + 1, >= n + 1)`` float64 arc scores ``[head, dependent]``;
+        scores: ``(>= n + 1, >= n + 1)`` finite float64 arc scores ``[head, dependent]``;
             only ``scores[:n + 1, 1:n + 1]`` off the diagonal is read.
         n: number of words.
         single_root: allow only one arc out of the root.
@@ -138,6 +199,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
         np.zeros(capacity, np.int64),
     )
     path = np.empty(capacity, dtype=np.int64)
+    live, live_count = np.arange(size), size  # the slots of live nodes, in slot order
     count, length, start = size, 0, 1
     while True:
         if length == 0:
@@ -149,10 +211,11 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
             state[start] = _ON_PATH
         current = path[length - 1]
         target = slot_of[current]
-        best = _best_entering(target, node_at, weight, rank)
+        best = _best_entering(target, weight, rank, live, live_count, single_root)
         source = node_at[best]
-        in_weight[current], in_rank[current] = weight[best, target], rank[best, target]
-        in_arc[current] = arc[best, target]
+        in_weight[current], in_arc[current] = weight[target, best], arc[target, best]
+        if single_root:
+            in_rank[current] = rank[target, best]
         if state[source] == _DONE:
             for i in range(length):
                 state[path[i]] = _DONE
@@ -165,8 +228,20 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
             first = length - 1
             while path[first] != source:
                 first -= 1
-            _contract(
-                path[first:length], count, node_at, slot_of, weight, rank, arc, in_weight, in_rank, parent
+            live_count = _contract(
+                path[first:length],
+                count,
+                node_at,
+                slot_of,
+                weight,
+                rank,
+                arc,
+                in_weight,
+                in_rank,
+                parent,
+                live,
+                live_count,
+                single_root,
             )
             state[count] = _ON_PATH
             path[first], length = count, first + 1
