@@ -5,7 +5,8 @@ Families (selected from the environment id by :func:`env_family`):
 * ``classic_discrete``: CartPole-v1, Acrobot-v1 (categorical policy, several small envs);
 * ``classic_continuous``: Pendulum-v1 (Gaussian policy, short horizon, ``gamma = 0.9``);
 * ``mujoco``: InvertedPendulum-v5, Hopper-v5, HalfCheetah-v5 (one env, 2,048-step batches,
-  10 epochs of 64-sample minibatches, observation and reward normalisation).
+  10 epochs of 64-sample minibatches, observation and reward normalisation, trust-region
+  regression term with weight 10 for the projected algorithm).
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ class TrainConfig:
     """The distillation target is projected with the tighter bounds ``(1 - m) eps`` and
     ``entropy_bound + m eps`` (``m`` this margin), so that the fitted network usually lands
     inside the true constraints and the safeguard keeps the whole step."""
+    trust_region_coef: float = 0.0
+    """Weight of the trust-region regression term ``E_s[KL(pi_proj || pi_theta)]`` (projection
+    held fixed) added to the projected policy loss, as in Otto et al. (2021, "Differentiable
+    trust region layers"): it keeps the network near its own projection, so that the
+    distillation lands on the projected policy and the safeguard keeps the whole step. The
+    constraints do not depend on it (0: the pure projected objective). Projected only; PPO
+    ignores it."""
     safeguard_steps: int = 20
     """Bisection steps of the final parameter interpolation that makes the executed policy
     satisfy the constraints exactly on the batch states."""
@@ -182,12 +190,11 @@ class TrainConfig:
                 "entropy_activation_fraction must be in [0, 1]. "
                 f"Received: entropy_activation_fraction={self.entropy_activation_fraction!r}"
             )
-        if self.entropy_decay < 0 or self.ent_coef < 0 or self.safeguard_steps < 0:
-            raise ValueError(
-                "entropy_decay, ent_coef and safeguard_steps must be >= 0. Received: "
-                f"entropy_decay={self.entropy_decay!r}, ent_coef={self.ent_coef!r}, "
-                f"safeguard_steps={self.safeguard_steps!r}"
-            )
+        nonnegative = ("entropy_decay", "ent_coef", "trust_region_coef", "safeguard_steps")
+        for name in nonnegative:
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0. Received: {name}={value!r}")
 
     def to_json(self) -> str:
         """The config as a JSON object (tuples become lists)."""
@@ -249,6 +256,7 @@ _FAMILY_DEFAULTS: dict[str, dict] = {
         normalize_obs=True,
         normalize_rewards=True,
         obs_norm_warmup_steps=1000,
+        trust_region_coef=10.0,
     ),
 }
 

@@ -6,6 +6,7 @@ import shutil
 import gymnasium as gym
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from rl.algorithms import make_trainer
 from rl.checkpoint import checkpoint_dirs, load_checkpoint
@@ -89,6 +90,7 @@ def _assert_executed_constraints(logdir, per_state):
         ("CartPole-v1", dict(per_state=True, entropy_bound=0.6, entropy_decay=0.01, policy_lr=3e-3)),
         ("Pendulum-v1", dict(per_state=False, entropy_activation_fraction=1.0, entropy_decay=0.05)),
         ("Pendulum-v1", dict(per_state=True, gaussian="diag", entropy_activation_fraction=1, kl_bound=0.005)),
+        ("Pendulum-v1", dict(per_state=False, entropy_activation_fraction=1.0, trust_region_coef=10.0)),
     ],
 )
 def test_executed_policies_satisfy_the_constraints_every_update(tmp_path, env_id, overrides):
@@ -97,6 +99,45 @@ def test_executed_policies_satisfy_the_constraints_every_update(tmp_path, env_id
     rows = _assert_executed_constraints(trainer.config.logdir, overrides["per_state"])
     assert any(not math.isnan(r["constraints/entropy_bound"]) for r in rows)  # the bound was active
     assert any(r["constraints/kl_projection_active"] > 0 for r in rows)  # and so was the trust region
+
+
+def test_trust_region_term_is_the_kl_from_the_fixed_projection(tmp_path):
+    plain = make_trainer(_config(tmp_path, "plain", "Pendulum-v1", trust_region_coef=0.0))
+    weighted = make_trainer(_config(tmp_path, "weighted", "Pendulum-v1", trust_region_coef=3.0))
+    rng = np.random.default_rng(0)
+    obs = tf.constant(rng.normal(size=(64, 3)), tf.float32)
+    actions = tf.constant(rng.normal(size=(64, 1)), tf.float32)
+    advantages = tf.constant(rng.normal(size=64), tf.float32)
+    policy = plain.policy
+    old = policy.params(obs)
+    # Move the mean far from the old policy, so the KL projection is active.
+    params = (old[0] + 2.0, old[1])
+    old_log_prob = policy.log_prob(old, actions)
+    bound = tf.constant(-1e9)
+    args = (old, actions, old_log_prob, advantages, bound)
+    projected, info = policy.project(params, old, bound, plain.config.kl_bound, False)
+    assert float(tf.reduce_mean(info.kl_active)) == 1.0
+    expected_kl = float(tf.reduce_mean(policy.kl(projected, params)))
+    assert expected_kl > 0.1
+    difference = weighted._policy_loss(params, *args) - plain._policy_loss(params, *args)
+    np.testing.assert_allclose(float(difference), 3.0 * expected_kl, rtol=1e-5)
+    # The projection is held fixed: the term's gradient only pulls the network towards it.
+    with tf.GradientTape() as tape:
+        tape.watch(params[0])
+        term = weighted._policy_loss(params, *args) - plain._policy_loss(params, *args)
+    gradient = tape.gradient(term, params[0])
+    expected = tf.reduce_sum(3.0 * _kl_mean_gradient(policy, projected, params), axis=0)
+    np.testing.assert_allclose(tf.reduce_sum(gradient, axis=0), expected, rtol=1e-4)
+    # A feasible network is its own projection: the term vanishes.
+    feasible = weighted._policy_loss(old, *args) - plain._policy_loss(old, *args)
+    assert abs(float(feasible)) < 1e-6
+
+
+def _kl_mean_gradient(policy, fixed, params):
+    with tf.GradientTape() as tape:
+        tape.watch(params[0])
+        kl = tf.reduce_mean(policy.kl(fixed, params))
+    return tape.gradient(kl, params[0])
 
 
 def test_ppo_logs_the_same_columns(tmp_path):
@@ -131,6 +172,7 @@ def test_nan_stops_with_message_and_keeps_checkpoint(tmp_path):
         (dict(entropy_bound=math.log(2) + 0.1), "entropy_bound must be below the maximum entropy"),
         (dict(entropy_bound=float("nan")), "entropy_bound must be finite"),
         (dict(minibatch_size=10_000), "minibatch_size"),
+        (dict(trust_region_coef=-1.0), "trust_region_coef must be a finite number >= 0"),
     ],
 )
 def test_bad_inputs_raise_before_training(tmp_path, overrides, message):
