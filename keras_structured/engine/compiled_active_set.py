@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
+import math
 import os
 
 import numba as nb
@@ -29,6 +31,10 @@ import numpy as np
 _AFFINE_TOL = 1e-10
 # KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
 _RESIDUAL_TOL = 1e-9
+# Iterations between two KKT residual checks (one also comes before convergence).
+_CHECK_EVERY = 8
+# Odd multiplier of the code hash.
+_HASH_MULTIPLIER = 0x5851F42D4C957F2D
 RUNNING, CONVERGED, STALLED = 0, 1, 2
 _THREADS = min(8, os.cpu_count() or 1)
 
@@ -62,6 +68,22 @@ def _dot(a, b):
     return total
 
 
+# The inverse ``K^{-1}`` of the bordered KKT matrix is stored transposed,
+# ``kinv[b, a] = K^{-1}[a, b]`` (it is symmetric only up to rounding): products
+# ``K^{-1} x`` then add up whole contiguous rows of ``kinv`` (vectorized) while
+# every entry still sums its terms in the plain order j = 0, 1, ..., so the
+# iterates do not depend on how the loops are vectorized.
+
+
+@nb.njit(cache=True, nogil=True)
+def _accumulate(kinv, size, first, x, out):
+    """``out[:size] += K^{-1}[:size, first:size] @ x[:size - first]``, one term at a time."""
+    for j in range(first, size):
+        scale = x[j - first]
+        for i in range(size):
+            out[i] += kinv[j, i] * scale
+
+
 # Active structure i lives in buffer row slots[i]; rows slots[k:] are free, so
 # dropping a structure only shifts the small ``slots`` array, never buffer rows.
 # Rows are sparse (indices, values, width): indicator vectors have few nonzeros.
@@ -76,6 +98,26 @@ def _row_dot(indices, values, widths, row, dense):
 
 
 @nb.njit(cache=True, nogil=True)
+def _row_dots(indices, values, widths, slots, k, dense, out):
+    """``out[i] = <row slots[i], dense>`` for the k active rows, two rows at a time
+    (two independent sums, each in the order of :func:`_row_dot`)."""
+    for i in range(0, k - 1, 2):
+        first, second = slots[i], slots[i + 1]
+        common = min(widths[first], widths[second])
+        total_first = total_second = 0.0
+        for j in range(common):
+            total_first += values[first, j] * dense[indices[first, j]]
+            total_second += values[second, j] * dense[indices[second, j]]
+        for j in range(common, widths[first]):
+            total_first += values[first, j] * dense[indices[first, j]]
+        for j in range(common, widths[second]):
+            total_second += values[second, j] * dense[indices[second, j]]
+        out[i], out[i + 1] = total_first, total_second
+    if k % 2:
+        out[k - 1] = _row_dot(indices, values, widths, slots[k - 1], dense)
+
+
+@nb.njit(cache=True, nogil=True)
 def _store_row(indices, values, widths, row, new_indices, new_values, count):
     """Store a sparse vector in ``row``, widening the buffers if needed."""
     if count > indices.shape[1]:
@@ -84,8 +126,9 @@ def _store_row(indices, values, widths, row, new_indices, new_values, count):
         wider_indices[:, : indices.shape[1]] = indices
         wider_values[:, : indices.shape[1]] = values
         indices, values = wider_indices, wider_values
-    indices[row, :count] = new_indices[:count]
-    values[row, :count] = new_values[:count]
+    for j in range(count):
+        indices[row, j] = new_indices[j]
+        values[row, j] = new_values[j]
     widths[row] = count
     return indices, values
 
@@ -99,17 +142,15 @@ def _sparse_dot(indices, values, count, dense):
 
 
 @nb.njit(cache=True, nogil=True)
-def _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared):
-    """``w = K^{-1} [1; M_I m]`` and the Schur complement ``m.m - [1; M_I m].w`` (m dense)."""
-    border = np.empty(k + 1)
+def _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w):
+    """Write ``border = [1; M_I m]`` and ``w = K^{-1} border``; return the Schur complement
+    ``m.m - border.w`` (m dense)."""
     border[0] = 1.0
-    for i in range(k):
-        border[i + 1] = _row_dot(Mi, Mv, Mw, slots[i], m)
-    w = np.zeros(k + 1)
+    _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
     for i in range(k + 1):
-        for j in range(k + 1):
-            w[i] += kinv[i, j] * border[j]
-    return w, m_squared - _dot(border, w)
+        w[i] = 0.0
+    _accumulate(kinv, k + 1, 0, border, w)
+    return m_squared - _dot(border[: k + 1], w[: k + 1])
 
 
 @nb.njit(cache=True, nogil=True)
@@ -125,25 +166,15 @@ def _refactor(Mi, Mv, Mw, slots, kinv, k, scratch):
             kkt[i + 1, j + 1] = kkt[j + 1, i + 1] = _row_dot(Mi, Mv, Mw, slots[j], scratch)
         for j in range(Mw[row]):
             scratch[Mi[row, j]] = 0.0
-    kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt)
+    kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt).T
 
 
 @nb.njit(cache=True, nogil=True)
-def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch):
-    """Remove active structure ``i`` (downdating ``K^{-1}``); returns the new size."""
+def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, column, pivot_row):
+    """Remove active structure ``i`` (downdating ``K^{-1}`` in one pass that also closes
+    the gap left by its row and column); returns the new size."""
     j = i + 1
     pivot = kinv[j, j]
-    if abs(pivot) >= 1e-12:
-        column = kinv[: k + 1, j] / pivot
-        for a in range(k + 1):
-            if a != j:
-                for b in range(k + 1):
-                    if b != j:
-                        kinv[a, b] -= column[a] * kinv[j, b]
-    for a in range(j, k):
-        kinv[a, : k + 1] = kinv[a + 1, : k + 1]
-    for b in range(j, k):
-        kinv[:k, b] = kinv[:k, b + 1]
     freed = slots[i]
     for a in range(i, k - 1):
         slots[a] = slots[a + 1]
@@ -152,15 +183,30 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch):
     slots[k - 1] = freed
     if abs(pivot) < 1e-12:
         _refactor(Mi, Mv, Mw, slots, kinv, k - 1, scratch)
+        return k - 1
+    for a in range(k + 1):
+        column[a] = kinv[j, a] / pivot  # K^{-1}[a, j] / pivot
+        pivot_row[a] = kinv[a, j]  # K^{-1}[j, a]
+    # K^{-1}[a, b] -= column[a] K^{-1}[j, b] without row and column j: row b (column a)
+    # of the result comes from row b + (b >= j) (column a + (a >= j)); sources never
+    # precede their targets, so the update runs in place.
+    for b in range(k):
+        source = b + (b >= j)
+        scale = pivot_row[source]
+        for a in range(j):
+            kinv[b, a] = kinv[source, a] - column[a] * scale
+        for a in range(j, k):
+            kinv[b, a] = kinv[source, a + 1] - column[a + 1] * scale
     return k - 1
 
 
 @nb.njit(cache=True, nogil=True)
-def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch):
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch, work):
     """Add structure ``m`` (dense) of score ``theta_s = score`` at row ``slots[k]``, whose
     sparse parts the caller stores; affinely dependent active structures are pivoted out."""
+    border, w, column, pivot_row = work[0], work[1], work[2], work[3]  # column: scaled w at the end
     weight = 0.0
-    w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared)
+    schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w)
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = -1, np.inf
         for i in range(k):
@@ -171,54 +217,46 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch):
         for i in range(k):
             y[i] = max(y[i] - gamma * w[i + 1], 0.0)
         weight += gamma
-        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
-        w, schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared)
-    scaled = w / schur
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, column, pivot_row)
+        schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w)
     for a in range(k + 1):
-        for b in range(k + 1):
-            kinv[a, b] += scaled[a] * w[b]
-        kinv[a, k + 1] = kinv[k + 1, a] = -scaled[a]
+        column[a] = w[a] / schur
+    for b in range(k + 1):
+        for a in range(k + 1):
+            kinv[b, a] += column[a] * w[b]
+        kinv[b, k + 1] = kinv[k + 1, b] = -column[b]
     kinv[k + 1, k + 1] = 1.0 / schur
     y[k], theta[k] = weight, score
     return k + 1
 
 
 @nb.njit(cache=True, nogil=True)
-def _kkt_residual(Mi, Mv, Mw, slots, y_hat, tau, theta, k, scratch):
+def _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, products):
     """How far ``(tau, y_hat)`` is from solving ``M_I M_I^T y + tau = theta`` beyond
-    ``_RESIDUAL_TOL`` (relative to the scores); 0 when within it."""
-    for i in range(k):
-        row = slots[i]
-        for j in range(Mw[row]):
-            scratch[Mi[row, j]] += y_hat[i] * Mv[row, j]
+    ``_RESIDUAL_TOL`` (relative to the scores), given ``u = M_I^T y_hat``; 0 when within it.
+    ``products`` (size k) is scratch."""
     worst, scale = 0.0, 1.0
+    _row_dots(Mi, Mv, Mw, slots, k, u, products)
     for i in range(k):
-        worst = max(worst, abs(_row_dot(Mi, Mv, Mw, slots[i], scratch) + tau - theta[i]))
+        worst = max(worst, abs(products[i] + tau - theta[i]))
         scale = max(scale, abs(theta[i]))
-    for i in range(k):
-        row = slots[i]
-        for j in range(Mw[row]):
-            scratch[Mi[row, j]] = 0.0
     return max(worst - _RESIDUAL_TOL * scale, 0.0)
 
 
 @nb.njit(cache=True, nogil=True)
-def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch):
-    """Solve the KKT system on the active set, dropping structures until feasible."""
+def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
+    """Solve the KKT system on the active set, dropping structures until feasible, and
+    write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
+    Returns the new size and ``tau``."""
+    products, solution, column, pivot_row = work[0], work[1], work[2], work[3]
+    y_hat = solution[1:]
     refactored = False
     while True:
-        y_hat = np.zeros(k)
-        tau, total = kinv[0, 0], 0.0
-        for j in range(k):
-            tau += kinv[0, j + 1] * theta[j]
-        for i in range(k):
-            y_hat[i] = kinv[i + 1, 0]
-            for j in range(k):
-                y_hat[i] += kinv[i + 1, j + 1] * theta[j]
-            total += y_hat[i]
-        if not refactored and (
-            abs(total - 1.0) > 1e-8 or _kkt_residual(Mi, Mv, Mw, slots, y_hat, tau, theta, k, scratch) > 0.0
-        ):
+        # (tau, y_hat) = K^{-1} [1; theta]
+        for i in range(k + 1):
+            solution[i] = kinv[0, i]
+        _accumulate(kinv, k + 1, 1, theta, solution)
+        if not refactored and abs(np.sum(y_hat[:k]) - 1.0) > 1e-8:
             # The incremental inverse no longer solves the KKT system: rebuild it once.
             _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
             refactored = True
@@ -228,17 +266,38 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch):
             if y_hat[i] < 0.0 and y[i] / (y[i] - y_hat[i]) < gamma:
                 leave, gamma = i, y[i] / (y[i] - y_hat[i])
         if leave < 0:
-            y[:k] = y_hat
-            return k
+            _combine(Mi, Mv, Mw, slots, y_hat, k, u)
+            if (
+                check
+                and not refactored
+                and _kkt_residual(Mi, Mv, Mw, slots, u, solution[0], theta, k, products) > 0.0
+            ):
+                _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+                refactored = True
+                continue
+            for i in range(k):
+                y[i] = y_hat[i]
+            return k, solution[0]
         for i in range(k):
             y[i] = max(y[i] + gamma * (y_hat[i] - y[i]), 0.0)
-        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch)
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, column, pivot_row)
         refactored = False
 
 
 @nb.njit(cache=True, nogil=True)
-def _find(Cb, slots, k, code):
+def _code_hash(code):
+    """A hash of an integer code: active codes are compared in full only on equal hashes."""
+    total = 0
+    for j in range(code.shape[0]):
+        total = total * _HASH_MULTIPLIER + code[j]  # wraps around: fine for a hash
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def _find(Cb, Ch, slots, k, code, code_hash):
     for i in range(k):
+        if Ch[slots[i]] != code_hash:
+            continue
         row = Cb[slots[i]]
         same = True
         for j in range(code.shape[0]):
@@ -265,14 +324,25 @@ def _grow_1d(buffer, rows):
 
 
 @nb.njit(cache=True, nogil=True)
-def _combine(indices, values, widths, slots, y, k, size):
-    """``sum_i y_i row_i`` as a dense vector of ``size``."""
-    out = np.zeros(size)
+def _combine(indices, values, widths, slots, y, k, out):
+    """Write ``sum_i y_i row_i`` into the dense vector ``out``."""
+    out[:] = 0.0
     for i in range(k):
         row = slots[i]
         for j in range(widths[row]):
             out[indices[row, j]] += y[i] * values[row, j]
-    return out
+
+
+# ||u||^2 only enters the gap: its sum may be reordered (vectorized), unlike those
+# that lead to u, which keep the order of the plain loops.
+@nb.njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def _linearize(eta_u, u, iterate):
+    """Write the MAP scores ``iterate = eta_u - u``; return ``||u||^2``."""
+    total = 0.0
+    for j in range(u.shape[0]):
+        iterate[j] = eta_u[j] - u[j]
+        total += u[j] * u[j]
+    return total
 
 
 @nb.njit(cache=True, nogil=True)
@@ -295,37 +365,50 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, m
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
     Mi, Mv, Mw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
-    Cb, slots = np.zeros((cap, code_size), np.int64), np.arange(cap)
+    Cb, Ch, slots = np.zeros((cap, code_size), np.int64), np.zeros(cap, np.int64), np.arange(cap)
     y, theta, kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
+    work = np.zeros((4, cap + 1))  # vectors of size k + 1 for _enter, _drop and _solve_relaxed
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
+    u, iterate = np.zeros(du), np.zeros(du)
     count_u, count_v = oracle(eta_u, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
     Mi, Mv = _store_row(Mi, Mv, Mw, 0, m_indices, m_values, count_u)
     Ni, Nv = _store_row(Ni, Nv, Nw, 0, n_indices, n_values, count_v)
-    Cb[0] = code
+    Cb[0], Ch[0] = code, _code_hash(code)
     y[0] = 1.0
     theta[0] = _sparse_dot(m_indices, m_values, count_u, eta_u) + _sparse_dot(
         n_indices, n_values, count_v, eta_v
     )
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
-    k, u = 1, _combine(Mi, Mv, Mw, slots, y, 1, du)
+    k, tau = 1, kinv[0, 0]
+    _combine(Mi, Mv, Mw, slots, y, 1, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
-    for _ in range(max_iter):
+    # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
+    # iterations and always before convergence is declared.
+    checked = True
+    for iteration in range(max_iter):
+        u_squared = _linearize(eta_u, u, iterate)
         count_u, count_v = oracle(
-            eta_u - u, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
+            iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
         )
         calls += 1
         # <eta_u, u> + <eta_v, v> = sum_i y_i theta_i: v itself is only needed at the end.
         linear = _dot(y[:k], theta[:k])
-        u_squared = _dot(u, u)
         score = _sparse_dot(m_indices, m_values, count_u, eta_u)
         score += _sparse_dot(n_indices, n_values, count_v, eta_v)
         gap = max(score - _sparse_dot(m_indices, m_values, count_u, u) - linear + u_squared, 0.0)
         if gap <= tol * max(1.0, abs(linear - 0.5 * u_squared)):
-            status = CONVERGED
-            break
-        if _find(Cb, slots, k, code) >= 0:
+            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, work[0]) == 0.0:
+                status = CONVERGED
+                break
+            # The unchecked point is off: rebuild the inverse and solve again.
+            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+            k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
+            checked = True
+            continue
+        code_hash = _code_hash(code)
+        if _find(Cb, Ch, slots, k, code, code_hash) >= 0:
             stalls += 1
             if stalls > 1:
                 status = STALLED
@@ -336,30 +419,32 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, m
                 cap = 2 * slots.shape[0]
                 Mi, Mv, Mw = _grow_2d(Mi, cap), _grow_2d(Mv, cap), _grow_1d(Mw, cap)
                 Ni, Nv, Nw = _grow_2d(Ni, cap), _grow_2d(Nv, cap), _grow_1d(Nw, cap)
-                Cb, y, theta = _grow_2d(Cb, cap), _grow_1d(y, cap), _grow_1d(theta, cap)
+                Cb, Ch = _grow_2d(Cb, cap), _grow_1d(Ch, cap)
+                y, theta = _grow_1d(y, cap), _grow_1d(theta, cap)
                 slots = np.concatenate((slots, np.arange(slots.shape[0], cap)))
                 grown = np.zeros((cap + 1, cap + 1))
                 grown[: kinv.shape[0], : kinv.shape[1]] = kinv
-                kinv = grown
+                kinv, work = grown, np.zeros((4, cap + 1))
             for j in range(count_u):
                 m[m_indices[j]] = m_values[j]
             m_squared = _dot(m_values[:count_u], m_values[:count_u])
-            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch)
+            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch, work)
             for j in range(count_u):
                 m[m_indices[j]] = 0.0
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
-            Cb[row] = code
-        k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch)
-        u = _combine(Mi, Mv, Mw, slots, y, k, du)
-    v = _combine(Ni, Nv, Nw, slots, y, k, dv)
+            Cb[row], Ch[row] = code, code_hash
+        checked = iteration % _CHECK_EVERY == _CHECK_EVERY - 1
+        k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
+    v = np.zeros(dv)
+    _combine(Ni, Nv, Nw, slots, y, k, v)
     codes = np.zeros((k, code_size), np.int64)
     for i in range(k):
         codes[i] = Cb[slots[i]]
     m_rows, m_row_values = _active_rows(Mi, Mv, Mw, slots, k)
     n_rows, n_row_values = _active_rows(Ni, Nv, Nw, slots, k)
-    weights = kinv[1 : k + 1, 1 : k + 1].copy()
+    weights = np.ascontiguousarray(kinv[1 : k + 1, 1 : k + 1].T)
     return (
         u,
         v,
@@ -376,6 +461,18 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, m
     )
 
 
+@functools.cache
+def _bound_kernel(oracle):
+    """:func:`_solve_one` with ``oracle`` fixed: calling it then skips typing a function
+    argument, which costs numba's dispatcher several microseconds per example."""
+
+    @nb.njit(nogil=True)
+    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter):
+        return _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter)
+
+    return solve_one
+
+
 def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int):
     """Solve every example with the compiled kernel.
 
@@ -388,13 +485,15 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
         sizes = np.full((batch, 1), -1, np.int64)  # -1: the full size
     else:
         sizes = lengths.reshape(batch, -1).astype(np.int64)
-    oracle, params, code_size = compiled.function, compiled.params, int(np.prod(compiled.code_shape))
+    kernel, params, code_size = (
+        _bound_kernel(compiled.function),
+        compiled.params,
+        math.prod(compiled.code_shape),
+    )
     nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
 
     def solve_example(b):
-        result = _solve_one(
-            oracle, flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, tol, max_iter
-        )
+        result = kernel(flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, tol, max_iter)
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]
 
