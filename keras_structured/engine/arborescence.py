@@ -94,53 +94,60 @@ def _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, 
 
 @numba.njit(cache=True, nogil=True)
 def _contract(
-    cycle, new, node_at, slot_of, weight, rank, arc, in_weight, in_rank, parent, live, live_count, single_root
+    cycle,
+    new,
+    node_at,
+    slot_of,
+    owner,
+    weight,
+    rank,
+    arc,
+    in_weight,
+    in_rank,
+    parent,
+    live,
+    live_count,
+    single_root,
 ):
     """Merge the nodes of ``cycle`` into supernode ``new``, which takes the first one's slot.
 
     An arc entering the cycle at ``v`` is reweighted by minus the weight of the
-    cycle arc into ``v`` (Edmonds' contraction); arcs leaving the cycle keep their
-    weights. Only the best arc between ``new`` and each other live node is kept
-    (the first cycle member on ties).
+    cycle arc into ``v`` (Edmonds' contraction), and only the best one from each
+    node is kept (the first cycle member on ties), in row ``first``. Arcs leaving
+    the cycle keep their weights: without ranks they stay where they are, in the
+    columns of the original nodes, which ``owner`` now maps to ``first`` (and
+    row ``first`` gets ``-inf`` there: arcs within a supernode are self-loops);
+    with ranks the best one towards each live node is kept in column ``first``.
+    Returns the number of live slots.
     """
-    size = weight.shape[0]
     first = slot_of[cycle[0]]
     for i in range(len(cycle)):
         parent[cycle[i]] = new
         node_at[slot_of[cycle[i]]] = -1
-    node_at[first] = new
-    slot_of[new] = first
     kept = 0
     for j in range(live_count):
-        if node_at[live[j]] >= 0:
+        if node_at[live[j]] >= 0 or live[j] == first:
             live[kept] = live[j]
             kept += 1
     if single_root:
         _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, live, kept)
-        return kept
-    # Without ranks, whole contiguous rows: gone slots hold -inf and never win.
-    # Arcs entering the cycle: row ``first`` becomes the best reweighted row of the members.
-    shift = in_weight[cycle[0]]
-    for x in range(size):
-        weight[first, x] -= shift
-    for i in range(1, len(cycle)):
-        s, v = slot_of[cycle[i]], cycle[i]
-        for x in range(size):
-            candidate = weight[s, x] - in_weight[v]
-            if candidate > weight[first, x]:
-                weight[first, x], arc[first, x] = candidate, arc[s, x]
-    # Arcs leaving the cycle: column ``first`` becomes the best column of the members.
-    for i in range(1, len(cycle)):
-        s = slot_of[cycle[i]]
-        for x in range(size):
-            if weight[x, s] > weight[x, first]:
-                weight[x, first], arc[x, first] = weight[x, s], arc[x, s]
-    # The other members' slots are gone, and arcs within the cycle become self-loops.
-    for i in range(1, len(cycle)):
-        s = slot_of[cycle[i]]
-        for x in range(size):
-            weight[x, s] = -np.inf
-    weight[first, first] = -np.inf
+    else:
+        # Whole contiguous rows: the slots of other supernodes' members hold -inf and never win.
+        shift = in_weight[cycle[0]]
+        for x in range(weight.shape[1]):
+            weight[first, x] -= shift
+        for i in range(1, len(cycle)):
+            s, v = slot_of[cycle[i]], cycle[i]
+            for x in range(weight.shape[1]):
+                candidate = weight[s, x] - in_weight[v]
+                if candidate > weight[first, x]:
+                    weight[first, x], arc[first, x] = candidate, arc[s, x]
+    for x in range(owner.shape[0]):
+        if node_at[owner[x]] < 0:  # an original node inside the cycle
+            owner[x] = first
+            weight[first, x] = -np.inf
+    node_at[first] = new
+    slot_of[new] = first
     return kept
 
 
@@ -200,6 +207,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
     )
     path = np.empty(capacity, dtype=np.int64)
     live, live_count = np.arange(size), size  # the slots of live nodes, in slot order
+    owner = np.arange(size)  # the slot of the live node that contains each original node
     count, length, start = size, 0, 1
     while True:
         if length == 0:
@@ -212,7 +220,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
         current = path[length - 1]
         target = slot_of[current]
         best = _best_entering(target, weight, rank, live, live_count, single_root)
-        source = node_at[best]
+        source = node_at[owner[best]]
         in_weight[current], in_arc[current] = weight[target, best], arc[target, best]
         if single_root:
             in_rank[current] = rank[target, best]
@@ -233,6 +241,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
                 count,
                 node_at,
                 slot_of,
+                owner,
                 weight,
                 rank,
                 arc,
