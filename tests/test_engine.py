@@ -1,6 +1,8 @@
 """The numpy SparseMAP engine against brute-force enumeration and an independent QP solver."""
 
 import itertools
+import os
+import time
 import warnings
 
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 
 from keras_structured.engine import (
     METHODS,
+    DependencyTreeStructure,
     SequenceStructure,
     SimplexStructure,
     SparseMAPConvergenceWarning,
@@ -332,3 +335,22 @@ def test_large_degenerate_supports_converge_monotonically(compiled):
     if not compiled:
         history = solve(SequenceStructure(), unary, pairwise, max_iter=2000, record_history=True).history[0]
         assert np.diff(history[:, 0]).min() > -1e-9
+
+
+def test_compiled_solver_works_in_a_forked_child():
+    # The worker threads are per process: a child forked after the parent used them
+    # must start its own instead of waiting on threads it did not inherit.
+    scores = np.random.default_rng(0).normal(size=(8, 6, 6))
+    expected = solve(DependencyTreeStructure(), scores).u
+    pid = os.fork()
+    if pid == 0:
+        again = solve(DependencyTreeStructure(), scores).u
+        os._exit(0 if np.allclose(again, expected, atol=1e-12) else 1)
+    deadline = time.monotonic() + 60
+    while (finished := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if finished[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in solve()")
+    assert os.waitstatus_to_exitcode(finished[1]) == 0

@@ -499,5 +499,16 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
 
     if batch < 2 * _THREADS:
         return [solve_example(b) for b in range(batch)]
-    with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:  # the kernel releases the GIL
-        return list(pool.map(solve_example, range(batch)))
+
+    def solve_share(first):  # every _THREADS-th example, from ``first``
+        return [solve_example(b) for b in range(first, batch, _THREADS)]
+
+    shares = list(_pool(os.getpid()).map(solve_share, range(_THREADS)))  # the kernel releases the GIL
+    return [shares[b % _THREADS][b // _THREADS] for b in range(batch)]
+
+
+@functools.cache
+def _pool(process_id: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The worker threads of :func:`solve_compiled`, started once per process (a forked
+    child, with another ``process_id``, starts its own: it inherits no running threads)."""
+    return concurrent.futures.ThreadPoolExecutor(_THREADS, thread_name_prefix="sparsemap")
