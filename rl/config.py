@@ -5,8 +5,7 @@ Families (selected from the environment id by :func:`env_family`):
 * ``classic_discrete``: CartPole-v1, Acrobot-v1 (categorical policy, several small envs);
 * ``classic_continuous``: Pendulum-v1 (Gaussian policy, short horizon, ``gamma = 0.9``);
 * ``mujoco``: InvertedPendulum-v5, Hopper-v5, HalfCheetah-v5 (one env, 2,048-step batches,
-  10 epochs of 64-sample minibatches, observation and reward normalisation, trust-region
-  regression term with weight 10 for the projected algorithm).
+  10 epochs of 64-sample minibatches, observation and reward normalisation).
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ class TrainConfig:
     """The distillation target is projected with the tighter bounds ``(1 - m) eps`` and
     ``entropy_bound + m eps`` (``m`` this margin), so that the fitted network usually lands
     inside the true constraints and the safeguard keeps the whole step."""
-    trust_region_coef: float = 0.0
+    trust_region_coef: float = 10.0
     """Weight of the trust-region regression term ``E_s[KL(pi_proj || pi_theta)]`` (projection
     held fixed) added to the projected policy loss, as in Otto et al. (2021, "Differentiable
     trust region layers"): it keeps the network near its own projection, so that the
@@ -256,7 +255,6 @@ _FAMILY_DEFAULTS: dict[str, dict] = {
         normalize_obs=True,
         normalize_rewards=True,
         obs_norm_warmup_steps=1000,
-        trust_region_coef=10.0,
     ),
 }
 
