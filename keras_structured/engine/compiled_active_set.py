@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import math
 import os
 
@@ -500,11 +501,14 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
     if batch < 2 * _THREADS:
         return [solve_example(b) for b in range(batch)]
 
-    def solve_share(first):  # every _THREADS-th example, from ``first``
-        return [solve_example(b) for b in range(first, batch, _THREADS)]
+    results, pending = [None] * batch, itertools.count()
 
-    shares = list(_pool(os.getpid()).map(solve_share, range(_THREADS)))  # the kernel releases the GIL
-    return [shares[b % _THREADS][b // _THREADS] for b in range(batch)]
+    def work(_):  # each thread takes the next unsolved example (next() is atomic under the GIL)
+        while (b := next(pending)) < batch:
+            results[b] = solve_example(b)
+
+    list(_pool(os.getpid()).map(work, range(_THREADS)))  # the kernel releases the GIL
+    return results
 
 
 @functools.cache
