@@ -177,18 +177,18 @@ def oracle_share(structure: Structure, eta_u: np.ndarray, eta_v: np.ndarray, rep
         per_call = seconds_per_call(lambda: structure.map(eta_u, eta_v), repeats) / batch
         return float(calls.mean()), min(1.0, float(calls.sum()) * per_call / solve_time)
     recording = dataclasses.replace(compiled, function=_recording(compiled.function))
-    tapes = []
+    tapes, solutions = [], []
     with warnings.catch_warnings():  # objmode inside a nogil kernel: fine for recording
         warnings.simplefilter("ignore", nb.NumbaWarning)
         for b in range(batch):
             _TAPE.clear()
-            solve_compiled(recording, flat_u[b : b + 1], flat_v[b : b + 1], None, 1e-6, 100)
+            solution = solve_compiled(recording, flat_u[b : b + 1], flat_v[b : b + 1], None, 1e-6, 100)
+            solutions.append(solution[0])
             tapes.append(np.concatenate([[1]] + _TAPE).astype(np.int64))
     replays = [dataclasses.replace(compiled, function=_replay, params=tape) for tape in tapes]
     for b in range(batch):  # the replayed solve must take the real one's path
-        real = solve_compiled(compiled, flat_u[b : b + 1], flat_v[b : b + 1], None, 1e-6, 100)[0]
         replayed = solve_compiled(replays[b], flat_u[b : b + 1], flat_v[b : b + 1], None, 1e-6, 100)[0]
-        if not np.array_equal(real[0], replayed[0]):
+        if not np.array_equal(solutions[b][0], replayed[0]):
             raise RuntimeError(f"the replayed solve of example {b} left the real solver's path")
 
     def cpu_seconds(oracles: list, tapes: list) -> float:

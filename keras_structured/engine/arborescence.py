@@ -10,10 +10,12 @@ the fewest root arcs (one) and, among those, the highest score. Without the
 single-root option every penalty is 0 and the ranks are never read.
 
 The tables are stored by dependent: row ``t`` holds the arcs entering slot
-``t``. Without ranks, slots that are gone (merged into a supernode, or ``t``
-itself) hold ``-inf``, so finding the best entering arc and merging a cycle are
-branch-free scans of contiguous rows; with ranks, the scans run over a list of
-the live slots, which shrinks with every contraction.
+``t``. Without ranks, column ``x`` always holds arcs out of original node ``x``
+(``owner`` names the live supernode containing it) and row ``t`` holds ``-inf``
+at the original nodes inside ``t`` (self-loops), so finding the best entering
+arc and merging a cycle are branch-free scans of contiguous rows; with ranks,
+the best arc between two live nodes is kept in their own row and column and the
+scans run over a list of the live slots, which shrinks with every contraction.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def _initial_tables(scores, n, single_root):
 
 @numba.njit(cache=True, nogil=True)
 def _best_entering(target, weight, rank, live, live_count, single_root):
-    """Slot with the best arc into slot ``target`` (smallest slot on ties)."""
+    """Column of the best arc into slot ``target`` (smallest on ties): a live slot with
+    ranks, an original node (whose live supernode is ``owner[column]``) without."""
     row = weight[target]
     if single_root:
         best, best_rank, best_weight = -1, 0, 0.0
@@ -118,21 +121,22 @@ def _contract(
     columns of the original nodes, which ``owner`` now maps to ``first`` (and
     row ``first`` gets ``-inf`` there: arcs within a supernode are self-loops);
     with ranks the best one towards each live node is kept in column ``first``.
-    Returns the number of live slots.
+    Returns the number of live slots in ``live`` (only kept up to date with ranks).
     """
     first = slot_of[cycle[0]]
     for i in range(len(cycle)):
         parent[cycle[i]] = new
         node_at[slot_of[cycle[i]]] = -1
-    kept = 0
-    for j in range(live_count):
-        if node_at[live[j]] >= 0 or live[j] == first:
-            live[kept] = live[j]
-            kept += 1
     if single_root:
-        _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, live, kept)
+        kept = 0
+        for j in range(live_count):
+            if node_at[live[j]] >= 0 or live[j] == first:
+                live[kept] = live[j]
+                kept += 1
+        live_count = kept
+        _merge_ranked(cycle, first, slot_of, weight, rank, arc, in_weight, in_rank, live, live_count)
     else:
-        # Whole contiguous rows: the slots of other supernodes' members hold -inf and never win.
+        # Whole contiguous rows (-inf at the members' own nodes never wins).
         shift = in_weight[cycle[0]]
         for x in range(weight.shape[1]):
             weight[first, x] -= shift
@@ -148,7 +152,7 @@ def _contract(
             weight[first, x] = -np.inf
     node_at[first] = new
     slot_of[new] = first
-    return kept
+    return live_count
 
 
 @numba.njit(cache=True, nogil=True)
@@ -206,7 +210,7 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
         np.zeros(capacity, np.int64),
     )
     path = np.empty(capacity, dtype=np.int64)
-    live, live_count = np.arange(size), size  # the slots of live nodes, in slot order
+    live, live_count = np.arange(size), size  # the slots of live nodes, in slot order (ranks only)
     owner = np.arange(size)  # the slot of the live node that contains each original node
     count, length, start = size, 0, 1
     while True:
