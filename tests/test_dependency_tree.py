@@ -8,7 +8,7 @@ import pytest
 from scipy.optimize import minimize
 
 from keras_structured.engine import solve
-from keras_structured.engine.arborescence import max_arborescence
+from keras_structured.engine.arborescence import max_arborescence, max_arborescence_by_dependent
 from keras_structured.engine.dependency_tree import DependencyTreeStructure, best_trees
 from keras_structured.engine.eisner import max_projective_tree
 from keras_structured.engine.structure import structure_from_config, structure_to_config
@@ -408,8 +408,24 @@ def test_config_round_trip_and_shapes():
 
 
 def test_compiled_oracles_check_their_buffers():
-    for oracle in (max_arborescence, max_projective_tree):
+    for oracle in (max_arborescence, max_arborescence_by_dependent, max_projective_tree):
         with pytest.raises(ValueError, match="covering nodes"):
             oracle(np.zeros((4, 4)), 3, False, np.full(3, -1))
         with pytest.raises(ValueError, match="covering nodes"):
             oracle(np.zeros((3, 3)), 3, False, np.full(4, -1))
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+def test_search_by_dependent_in_place_equals_the_head_major_search(single_root):
+    rng = np.random.default_rng(7)
+    for words in range(0, 9):
+        scores = rng.normal(size=(9, 9))
+        expected = np.full(9, -1)
+        max_arborescence(scores, words, single_root, expected)
+        scratch = scores.T.copy()  # [dependent, head], larger than the sentence unless words == 8
+        heads = np.full(9, -1)
+        max_arborescence_by_dependent(scratch, words, single_root, heads)
+        np.testing.assert_array_equal(heads, expected)
+        untouched = np.ones((9, 9), dtype=bool)
+        untouched[: words + 1, : words + 1] = False
+        np.testing.assert_array_equal(scratch[untouched], scores.T[untouched])  # only the sentence is used

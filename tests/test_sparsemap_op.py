@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured.engine import SequenceStructure, SimplexStructure, solve
+from keras_structured.engine import DependencyTreeStructure, SequenceStructure, SimplexStructure, solve
 
 
 def random_scores(seed, shape, scale=0.5):
@@ -207,3 +207,23 @@ def test_sequence_score_packing_round_trip():
         np.testing.assert_array_equal(pairwise.numpy(), expected.numpy())
     with pytest.raises(ValueError, match="Received: shape"):
         ks.ops.unpack_sequence_scores(tf.zeros([2, 4, 3, 3]))
+
+
+def test_the_backward_pass_is_differentiable_with_the_same_jacobian():
+    """The gradient of a vector-Jacobian product with respect to its cotangent is a
+    Jacobian-vector product: the backward op's own gradient (double-backward trick)."""
+    rng = np.random.default_rng(11)
+    scores = tf.constant(rng.normal(size=(3, 5, 5)))
+    cotangent = tf.Variable(rng.normal(size=(3, 5, 5)))
+    direction = rng.normal(size=(3, 5, 5))
+    structure = DependencyTreeStructure()
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            inner.watch(scores)
+            u, _ = ks.sparsemap(structure, scores, tol=1e-12)
+        vjp = inner.gradient(u, scores, output_gradients=cotangent)
+        projected = tf.reduce_sum(vjp * direction)
+    jvp = outer.gradient(projected, cotangent).numpy()
+    expected = solve(structure, scores.numpy(), tol=1e-12).jacobian_product(direction)[0]
+    assert np.abs(expected).max() > 0.1
+    np.testing.assert_allclose(jvp, expected, atol=1e-10)

@@ -33,21 +33,17 @@ def _better(rank: int, weight: float, best_rank: int, best_weight: float) -> boo
 
 
 @numba.njit(cache=True, nogil=True)
-def _initial_tables(scores, n, single_root):
-    """Best arc into every slot from every slot: weight, rank and original arc
-    ``head * (n + 1) + dependent``, indexed ``[dependent slot, head slot]``."""
-    size = n + 1
-    weight = np.empty((size, size))
+def _arc_tables(size, single_root):
+    """Rank and original arc (``head * size + dependent``) of the arcs in the tables,
+    indexed ``[dependent slot, head slot]`` as the weights."""
     arc = np.empty((size, size), dtype=np.int64)
     for d in range(size):
         for h in range(size):
-            weight[d, h] = scores[h, d]
             arc[d, h] = h * size + d
-        weight[d, d] = -np.inf
     rank = np.zeros((size if single_root else 1, size), dtype=np.int64)
     if single_root:
         rank[:, 0] = -1
-    return weight, rank, arc
+    return rank, arc
 
 
 @numba.njit(cache=True, nogil=True)
@@ -193,25 +189,69 @@ def max_arborescence(scores: np.ndarray, n: int, single_root: bool, heads: np.nd
         >>> heads.tolist()
         [-1, 0, 1]
     """
+    _check_sizes(scores, n, heads)
+    size = n + 1
+    by_dependent = np.empty((size, size))
+    for h in range(size):  # the transposition reads rows and writes columns: faster than the reverse
+        for d in range(size):
+            by_dependent[d, h] = scores[h, d]
+    _search(by_dependent, n, single_root, heads)
+
+
+@numba.njit(cache=True, nogil=True)
+def max_arborescence_by_dependent(scores: np.ndarray, n: int, single_root: bool, heads: np.ndarray) -> None:
+    """:func:`max_arborescence` of scores laid out ``[dependent, head]``, overwritten.
+
+    The search runs in ``scores[:n + 1, :n + 1]`` itself, which is left holding
+    intermediate values: for callers that own a scratch copy (the compiled
+    SparseMAP kernel), this saves the copy and transposition of the scores.
+
+    Example:
+        >>> heads, scores = np.full(3, -1), np.array([[0, 5, 1], [0, 0, 2], [0, 3, 0.0]])
+        >>> max_arborescence_by_dependent(scores.T.copy(), 2, False, heads)
+        >>> heads.tolist()
+        [-1, 0, 1]
+    """
+    _check_sizes(scores, n, heads)
+    if scores.shape[0] == n + 1 and scores.shape[1] == n + 1:
+        _search(scores, n, single_root, heads)
+    else:
+        _search(scores[: n + 1, : n + 1], n, single_root, heads)
+
+
+@numba.njit(cache=True, nogil=True)
+def _check_sizes(scores, n, heads):
     if n < 0 or heads.shape[0] <= n or scores.shape[0] <= n or scores.shape[1] <= n:
         raise ValueError("max_arborescence needs scores and heads covering nodes 0..n")
+
+
+@numba.njit(cache=True, nogil=True)
+def _search(weight, n, single_root, heads):
+    """The search of :func:`max_arborescence` in the ``(n + 1, n + 1)`` table ``weight``
+    ``[dependent, head]`` (overwritten)."""
     if n == 0:
         return
     size, capacity = n + 1, 2 * n + 1
-    weight, rank, arc = _initial_tables(scores, n, single_root)
+    for d in range(size):
+        weight[d, d] = -np.inf
+    rank, arc = _arc_tables(size, single_root)
     # Nodes (words, then supernodes by creation) live in slots: the rows of the tables.
-    node_at, slot_of = np.arange(size), np.full(capacity, -1)
-    slot_of[:size] = node_at
-    state, parent = np.full(capacity, _UNTOUCHED), np.full(capacity, -1)
+    # The integer arrays share one allocation (they are small: allocations show).
+    ints = np.empty(6 * capacity + 3 * size, np.int64)
+    slot_of, state = ints[:capacity], ints[capacity : 2 * capacity]
+    parent, in_rank = ints[2 * capacity : 3 * capacity], ints[3 * capacity : 4 * capacity]
+    in_arc, path = ints[4 * capacity : 5 * capacity], ints[5 * capacity : 6 * capacity]
+    nodes = ints[6 * capacity :]
+    node_at, live, owner = nodes[:size], nodes[size : 2 * size], nodes[2 * size :]
+    for x in range(capacity):
+        slot_of[x], state[x], parent[x], in_rank[x], in_arc[x] = -1, _UNTOUCHED, -1, 0, 0
+    for x in range(size):
+        # live: the slots of live nodes, in slot order (ranks only); owner: the slot of
+        # the live node that contains each original node.
+        node_at[x] = slot_of[x] = live[x] = owner[x] = x
     state[0] = _DONE
-    in_weight, in_rank, in_arc = (
-        np.zeros(capacity),
-        np.zeros(capacity, np.int64),
-        np.zeros(capacity, np.int64),
-    )
-    path = np.empty(capacity, dtype=np.int64)
-    live, live_count = np.arange(size), size  # the slots of live nodes, in slot order (ranks only)
-    owner = np.arange(size)  # the slot of the live node that contains each original node
+    in_weight = np.zeros(capacity)
+    live_count = size
     count, length, start = size, 0, 1
     while True:
         if length == 0:

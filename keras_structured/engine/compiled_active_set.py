@@ -11,6 +11,8 @@ A structure opts in by implementing ``compiled_oracle()`` that returns a
 that writes the MAP structure's flat indicator vectors as sparse lists and its
 integer code in place and returns the numbers of nonzeros ``(count_u, count_v)``,
 plus the structure's integer ``params``, code shape and bounds on the nonzeros.
+``scores_u`` is the kernel's scratch copy, which the oracle may overwrite, in
+the order the oracle asks for (``order``, e.g. a transposition).
 Everything the kernel does per iteration then costs O(nonzeros) or O(|I|^2),
 except handing the oracle its dense scores.
 """
@@ -52,6 +54,8 @@ class CompiledOracle:
             returns it per example (the oracle writes it flattened).
         nonzeros_u: most nonzeros of a unary indicator vector.
         nonzeros_v: most nonzeros of a higher-order indicator vector.
+        order: optional permutation: the oracle reads ``eta_u[order]`` (flat) and its
+            unary indices refer to positions in that order. None: the flat order.
     """
 
     function: object
@@ -59,6 +63,7 @@ class CompiledOracle:
     code_shape: tuple
     nonzeros_u: int
     nonzeros_v: int = 0
+    order: np.ndarray | None = None
 
 
 @nb.njit(cache=True, nogil=True)
@@ -361,8 +366,11 @@ def _active_rows(indices, values, widths, slots, k):
 
 
 @nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
-def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter):
-    """Active-set SparseMAP of one example, MAP calls to ``oracle`` included."""
+def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter):
+    """Active-set SparseMAP of one example, MAP calls to ``oracle`` included, in the
+    oracle's ``order`` of the unary part (empty: the flat order) until the end."""
+    if order.shape[0] > 0:
+        eta_u = eta_u[order]
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
     Mi, Mv, Mw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
@@ -372,8 +380,8 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, m
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
-    u, iterate = np.zeros(du), np.zeros(du)
-    count_u, count_v = oracle(eta_u, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
+    u, iterate = np.zeros(du), eta_u.copy()
+    count_u, count_v = oracle(iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
     Mi, Mv = _store_row(Mi, Mv, Mw, 0, m_indices, m_values, count_u)
     Ni, Nv = _store_row(Ni, Nv, Nw, 0, n_indices, n_values, count_v)
     Cb[0], Ch[0] = code, _code_hash(code)
@@ -445,6 +453,13 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, m
         codes[i] = Cb[slots[i]]
     m_rows, m_row_values = _active_rows(Mi, Mv, Mw, slots, k)
     n_rows, n_row_values = _active_rows(Ni, Nv, Nw, slots, k)
+    if order.shape[0] > 0:  # back to the flat order
+        flat_u = np.empty(du)
+        flat_u[order] = u
+        u = flat_u
+        for i in range(k):
+            for j in range(m_rows.shape[1]):
+                m_rows[i, j] = order[m_rows[i, j]]
     weights = np.ascontiguousarray(kinv[1 : k + 1, 1 : k + 1].T)
     return (
         u,
@@ -468,8 +483,8 @@ def _bound_kernel(oracle):
     argument, which costs numba's dispatcher several microseconds per example."""
 
     @nb.njit(nogil=True)
-    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter):
-        return _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, tol, max_iter)
+    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter):
+        return _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter)
 
     return solve_one
 
@@ -492,9 +507,10 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
         math.prod(compiled.code_shape),
     )
     nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
+    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
 
     def solve_example(b):
-        result = kernel(flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, tol, max_iter)
+        result = kernel(flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, order, tol, max_iter)
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from keras_structured.engine.arborescence import max_arborescence
+from keras_structured.engine.arborescence import max_arborescence, max_arborescence_by_dependent
 from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.eisner import max_projective_tree
 from keras_structured.engine.forbidden import finite_mass, replace_forbidden
@@ -34,13 +34,26 @@ def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indi
     """:class:`CompiledOracle` function: the best tree of one example's flat scores.
 
     ``params`` is ``(n + 1, single_root, projective)``; ``length[0] < 0`` means all words.
+    Non-projective trees read their scores by dependent (see :func:`_by_dependent`)
+    and search in them in place; projective ones read them ``[head, dependent]``.
     """
     size = params[0]
     words = size - 1 if length[0] < 0 else length[0]
-    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, params[2] == 1, code)
+    scores = scores_u.reshape((size, size))
+    code[:] = -1
+    if params[2] == 1:
+        max_projective_tree(scores, words, params[1] == 1, code)
+    else:
+        max_arborescence_by_dependent(scores, words, params[1] == 1, code)
     for d in range(1, words + 1):
-        m_indices[d - 1], m_values[d - 1] = code[d] * size + d, 1.0
+        index = code[d] * size + d if params[2] == 1 else d * size + code[d]
+        m_indices[d - 1], m_values[d - 1] = index, 1.0
     return words, 0
+
+
+def _by_dependent(size: int) -> np.ndarray:
+    """Positions in the flat ``[head, dependent]`` scores of the ``[dependent, head]`` layout."""
+    return np.arange(size * size).reshape(size, size).T.ravel()
 
 
 def best_trees(
@@ -146,7 +159,8 @@ class DependencyTreeStructure(Structure):
 
     def compiled_oracle(self, u_shape, v_shape):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
-        return CompiledOracle(_tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0))
+        order = None if self.projective else _by_dependent(u_shape[0])
+        return CompiledOracle(_tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0), order=order)
 
     def validate_shapes(self, u_shape, v_shape):
         _check_shape(u_shape)

@@ -6,8 +6,8 @@ Solves, for every example of a batch,
 
 over the marginal polytope ``M`` of a structure, with the numpy engine run by one
 ``tf.numpy_function`` call per batch. The backward pass is the closed-form
-Jacobian of Niculae et al. (2018, Prop. 1) built from the final active set, as
-batched ``tf.einsum`` products: no Python runs in the backward pass.
+Jacobian of Niculae et al. (2018, Prop. 1) built from the final active set,
+applied by one compiled (numba) call per batch.
 """
 
 from __future__ import annotations
@@ -21,15 +21,33 @@ from keras_structured.engine.solve import METHODS
 from keras_structured.ops.dtypes import compute_dtype
 
 
-def _gather(x, indices):
-    return tf.gather(x, indices, batch_dims=1)
+def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``J (x_u, x_v)`` for flat ``(batch, d)`` vectors, by one compiled call.
 
+    The Jacobian is symmetric, so this op's own gradient is the same product:
+    SparseMAP is twice differentiable wherever its support is locally constant.
+    """
 
-def _scatter_add(values, indices, like):
-    batch, size = tf.shape(like)[0], tf.shape(like)[1]
-    segments = indices + tf.cast(tf.range(batch) * size, indices.dtype)[:, None, None]
-    flat = tf.math.unsorted_segment_sum(tf.reshape(values, [-1]), tf.reshape(segments, [-1]), batch * size)
-    return tf.reshape(flat, [batch, size])
+    @tf.custom_gradient
+    def product(x_u, x_v):
+        j_u, j_v = tf.numpy_function(
+            lambda *arrays: jacobian_product(Support(*arrays[:5]), *arrays[5:]),
+            [*support, x_u, x_v],
+            [x_u.dtype, x_v.dtype],
+            stateful=False,
+            name="sparsemap_jacobian_product",
+        )
+        j_u.set_shape(x_u.shape)
+        j_v.set_shape(x_v.shape)
+
+        def grad(grad_u, grad_v):
+            grad_u = tf.zeros_like(x_u) if grad_u is None else grad_u
+            grad_v = tf.zeros_like(x_v) if grad_v is None else grad_v
+            return _jacobian_product(support, grad_u, grad_v)
+
+        return (j_u, j_v), grad
+
+    return product(x_u, x_v)
 
 
 def _pad_codes(structures, weights, np_dtype, code_dtype):
@@ -150,27 +168,31 @@ def sparsemap(
             structure, values_u, values_v, lengths=sizes, method=method, tol=tol, max_iter=max_iter
         )
         support = solution.support
-        codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype, structure.code_dtype)
-        return (
-            solution.u.astype(np_dtype),
-            solution.v.astype(np_dtype),
+        outputs = (
+            solution.u.astype(np_dtype, copy=False),
+            solution.v.astype(np_dtype, copy=False),
             support.m_indices,
-            support.m_values.astype(np_dtype),
+            support.m_values.astype(np_dtype, copy=False),
             support.n_indices,
-            support.n_values.astype(np_dtype),
-            support.weight_jacobian.astype(np_dtype),
+            support.n_values.astype(np_dtype, copy=False),
+            support.weight_jacobian.astype(np_dtype, copy=False),
+        )
+        if not return_info:  # every output costs a conversion to a tensor
+            return outputs
+        codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype, structure.code_dtype)
+        return outputs + (
             weights,
             codes,
-            solution.gap.astype(np_dtype),
+            solution.gap.astype(np_dtype, copy=False),
             solution.map_calls.astype("int32"),
             solution.converged,
         )
 
+    info_dtypes = [dtype, structure.code_dtype, dtype, tf.int32, tf.bool] if return_info else []
     outputs = tf.numpy_function(
         forward,
         inputs,
-        [dtype, dtype, tf.int64, dtype, tf.int64, dtype, dtype, dtype, structure.code_dtype, dtype, tf.int32]
-        + [tf.bool],
+        [dtype, dtype, tf.int64, dtype, tf.int64, dtype, dtype] + info_dtypes,
         stateful=False,
         name="sparsemap_forward",
     )
@@ -185,13 +207,8 @@ def sparsemap(
             grad_u = tf.zeros_like(u) if grad_u is None else grad_u
             grad_v = tf.zeros_like(v) if grad_v is None else grad_v
             batch = tf.shape(u)[0]
-            j_u, j_v = jacobian_product(
-                support,
-                tf.reshape(grad_u, [batch, -1]),
-                tf.reshape(grad_v, [batch, -1]),
-                gather=_gather,
-                scatter_add=_scatter_add,
-                einsum=tf.einsum,
+            j_u, j_v = _jacobian_product(
+                support, tf.reshape(grad_u, [batch, -1]), tf.reshape(grad_v, [batch, -1])
             )
             return tf.reshape(j_u, tf.shape(values_u)), tf.reshape(j_v, tf.shape(values_v))
 
