@@ -11,6 +11,7 @@ import pytest
 from keras_structured.engine import (
     METHODS,
     DependencyTreeStructure,
+    MatchingStructure,
     SequenceStructure,
     SimplexStructure,
     SparseMAPConvergenceWarning,
@@ -354,3 +355,36 @@ def test_compiled_solver_works_in_a_forked_child():
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung in solve()")
     assert os.waitstatus_to_exitcode(finished[1]) == 0
+
+
+@pytest.mark.parametrize(
+    "structure, u_shape, v_shape, lengths",
+    [
+        (DependencyTreeStructure(), (6, 6), (0,), [5, 3, 0, 4]),
+        (DependencyTreeStructure(single_root=True, projective=True), (6, 6), (0,), None),
+        (SequenceStructure(), (5, 3), (4, 3, 3), [5, 2, 0, 3]),
+        (MatchingStructure(), (4, 5), (0,), None),
+        (MatchingStructure(unmatched_score=0.0), (4, 5), (0,), [[4, 5], [2, 3], [0, 5], [3, 1]]),
+        (SimplexStructure(), (6,), (0,), None),
+    ],
+)
+def test_one_hot_codes_count_the_parts_two_structures_share(structure, u_shape, v_shape, lengths):
+    """Structures that declare ``one_hot_codes`` let the compiled kernel compute <m_a, m_b>
+    from their codes: it must equal the product of their indicator vectors."""
+    assert structure.compiled_oracle(u_shape, v_shape).one_hot_codes
+    rng = np.random.default_rng(0)
+    lengths = None if lengths is None else np.array(lengths)
+    codes = np.concatenate(
+        [
+            structure.map(rng.normal(size=(4,) + u_shape), rng.normal(size=(4,) + v_shape), lengths)
+            for _ in range(6)
+        ]
+    )
+    all_lengths = None if lengths is None else np.concatenate([lengths] * 6)
+    m, _ = structure.indicators(codes, u_shape, v_shape, all_lengths)
+    m, codes = m.reshape(len(codes), -1), codes.reshape(len(codes), -1)
+    for a, b in itertools.product(range(len(codes)), repeat=2):
+        if a % 4 != b % 4:  # different lengths: different problems
+            continue
+        shared = np.sum((codes[a] == codes[b]) & (codes[a] >= 0))
+        assert m[a] @ m[b] == shared

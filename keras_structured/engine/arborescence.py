@@ -24,6 +24,9 @@ import numba
 import numpy as np
 
 _UNTOUCHED, _ON_PATH, _DONE = 0, 1, 2
+# Arcs are packed as head << _HEAD_SHIFT | dependent: shifts and masks, not divisions.
+_HEAD_SHIFT = 32
+_DEPENDENT_MASK = (1 << _HEAD_SHIFT) - 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -34,12 +37,12 @@ def _better(rank: int, weight: float, best_rank: int, best_weight: float) -> boo
 
 @numba.njit(cache=True, nogil=True)
 def _arc_tables(size, single_root):
-    """Rank and original arc (``head * size + dependent``) of the arcs in the tables,
+    """Rank and original arc (``head << _HEAD_SHIFT | dependent``) of the arcs in the tables,
     indexed ``[dependent slot, head slot]`` as the weights."""
     arc = np.empty((size, size), dtype=np.int64)
     for d in range(size):
         for h in range(size):
-            arc[d, h] = h * size + d
+            arc[d, h] = h << _HEAD_SHIFT | d
     rank = np.zeros((size if single_root else 1, size), dtype=np.int64)
     if single_root:
         rank[:, 0] = -1
@@ -157,12 +160,12 @@ def _expand(n, count, parent, in_arc, heads):
     cycle arc into the member that contains its original dependent."""
     size = n + 1
     for c in range(count - 1, n, -1):
-        member = in_arc[c] % size
+        member = in_arc[c] & _DEPENDENT_MASK
         while parent[member] != c:
             member = parent[member]
         in_arc[member] = in_arc[c]
     for d in range(1, size):
-        heads[d] = in_arc[d] // size
+        heads[d] = in_arc[d] >> _HEAD_SHIFT
 
 
 @numba.njit(cache=True, nogil=True)

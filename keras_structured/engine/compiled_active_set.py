@@ -56,6 +56,9 @@ class CompiledOracle:
         nonzeros_v: most nonzeros of a higher-order indicator vector.
         order: optional permutation: the oracle reads ``eta_u[order]`` (flat) and its
             unary indices refer to positions in that order. None: the flat order.
+        one_hot_codes: every nonnegative code entry marks one unary part of value 1,
+            a different part for a different position or entry (a tree's heads, a
+            sequence's labels): the kernel then counts shared parts on the codes.
     """
 
     function: object
@@ -64,6 +67,7 @@ class CompiledOracle:
     nonzeros_u: int
     nonzeros_v: int = 0
     order: np.ndarray | None = None
+    one_hot_codes: bool = False
 
 
 @nb.njit(cache=True, nogil=True)
@@ -148,11 +152,21 @@ def _sparse_dot(indices, values, count, dense):
 
 
 @nb.njit(cache=True, nogil=True)
-def _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w):
-    """Write ``border = [1; M_I m]`` and ``w = K^{-1} border``; return the Schur complement
-    ``m.m - border.w`` (m dense)."""
-    border[0] = 1.0
-    _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
+def _shared_parts(codes, slots, k, code, out):
+    """``out[i] = <m_i, m>`` for the k active rows, from the codes alone: structures with
+    ``one_hot_codes`` share a part wherever their codes hold the same nonnegative entry."""
+    for i in range(k):
+        row = codes[slots[i]]
+        total = 0
+        for j in range(code.shape[0]):
+            total += (row[j] == code[j]) & (code[j] >= 0)
+        out[i] = total
+
+
+@nb.njit(cache=True, nogil=True)
+def _schur(kinv, k, m_squared, border, w):
+    """Write ``w = K^{-1} border`` for ``border = [1; M_I m]``; return the Schur complement
+    ``m.m - border.w``."""
     for i in range(k + 1):
         w[i] = 0.0
     _accumulate(kinv, k + 1, 0, border, w)
@@ -207,12 +221,13 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, column, pivot_row):
 
 
 @nb.njit(cache=True, nogil=True)
-def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch, work):
-    """Add structure ``m`` (dense) of score ``theta_s = score`` at row ``slots[k]``, whose
-    sparse parts the caller stores; affinely dependent active structures are pivoted out."""
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work):
+    """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
+    parts the caller stores, given ``work[0] = [1; M_I m]``; affinely dependent active
+    structures are pivoted out."""
     border, w, column, pivot_row = work[0], work[1], work[2], work[3]  # column: scaled w at the end
     weight = 0.0
-    schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w)
+    schur = _schur(kinv, k, m_squared, border, w)
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = -1, np.inf
         for i in range(k):
@@ -224,7 +239,9 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch, w
             y[i] = max(y[i] - gamma * w[i + 1], 0.0)
         weight += gamma
         k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, column, pivot_row)
-        schur = _border(Mi, Mv, Mw, slots, kinv, k, m, m_squared, border, w)
+        for a in range(leave + 1, k + 1):
+            border[a] = border[a + 1]
+        schur = _schur(kinv, k, m_squared, border, w)
     for a in range(k + 1):
         column[a] = w[a] / schur
     for b in range(k + 1):
@@ -366,7 +383,9 @@ def _active_rows(indices, values, widths, slots, k):
 
 
 @nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
-def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter):
+def _solve_one(
+    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter
+):
     """Active-set SparseMAP of one example, MAP calls to ``oracle`` included, in the
     oracle's ``order`` of the unary part (empty: the flat order) until the end."""
     if order.shape[0] > 0:
@@ -434,12 +453,17 @@ def _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, order,
                 grown = np.zeros((cap + 1, cap + 1))
                 grown[: kinv.shape[0], : kinv.shape[1]] = kinv
                 kinv, work = grown, np.zeros((4, cap + 1))
-            for j in range(count_u):
-                m[m_indices[j]] = m_values[j]
-            m_squared = _dot(m_values[:count_u], m_values[:count_u])
-            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m, m_squared, score, scratch, work)
-            for j in range(count_u):
-                m[m_indices[j]] = 0.0
+            m_squared, border = _dot(m_values[:count_u], m_values[:count_u]), work[0]
+            border[0] = 1.0
+            if one_hot_codes:
+                _shared_parts(Cb, slots, k, code, border[1:])
+            else:
+                for j in range(count_u):
+                    m[m_indices[j]] = m_values[j]
+                _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
+                for j in range(count_u):
+                    m[m_indices[j]] = 0.0
+            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work)
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
@@ -483,8 +507,10 @@ def _bound_kernel(oracle):
     argument, which costs numba's dispatcher several microseconds per example."""
 
     @nb.njit(nogil=True)
-    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter):
-        return _solve_one(oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, tol, max_iter)
+    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter):
+        return _solve_one(
+            oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter
+        )
 
     return solve_one
 
@@ -510,7 +536,18 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
     order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
 
     def solve_example(b):
-        result = kernel(flat_u[b], flat_v[b], sizes[b], params, code_size, nonzeros, order, tol, max_iter)
+        result = kernel(
+            flat_u[b],
+            flat_v[b],
+            sizes[b],
+            params,
+            code_size,
+            nonzeros,
+            order,
+            compiled.one_hot_codes,
+            tol,
+            max_iter,
+        )
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]
 

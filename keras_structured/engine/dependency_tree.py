@@ -160,7 +160,9 @@ class DependencyTreeStructure(Structure):
     def compiled_oracle(self, u_shape, v_shape):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
         order = None if self.projective else _by_dependent(u_shape[0])
-        return CompiledOracle(_tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0), order=order)
+        return CompiledOracle(
+            _tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0), order=order, one_hot_codes=True
+        )
 
     def validate_shapes(self, u_shape, v_shape):
         _check_shape(u_shape)

@@ -165,7 +165,7 @@ class MatchingStructure(Structure):
         if self.unmatched_score not in (None, 0.0):
             return None
         params = np.array([u_shape[0], u_shape[1], self.unmatched_score is not None], dtype=np.int64)
-        return CompiledOracle(_matching_oracle, params, (u_shape[0],), min(u_shape))
+        return CompiledOracle(_matching_oracle, params, (u_shape[0],), min(u_shape), one_hot_codes=True)
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         if len(u_shape) != 2:

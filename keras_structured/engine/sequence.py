@@ -123,6 +123,7 @@ class SequenceStructure(Structure):
             (u_shape[0],),
             u_shape[0],
             max(u_shape[0] - 1, 0),
+            one_hot_codes=True,
         )
 
     def v_shape(self, u_shape):

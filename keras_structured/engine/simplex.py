@@ -38,7 +38,7 @@ class SimplexStructure(Structure):
         return m, np.zeros((codes.shape[0],) + tuple(v_shape))
 
     def compiled_oracle(self, u_shape, v_shape):
-        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), (), 1)
+        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), (), 1, one_hot_codes=True)
 
     def validate_shapes(self, u_shape, v_shape):
         if len(u_shape) != 1:
