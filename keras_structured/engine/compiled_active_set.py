@@ -174,8 +174,17 @@ def _schur(kinv, k, m_squared, border, w):
 
 
 @nb.njit(cache=True, nogil=True)
-def _refactor(Mi, Mv, Mw, slots, kinv, k, scratch):
-    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse)."""
+def _solution(kinv, k, theta, solution):
+    """``solution = K^{-1} [1; theta] = (tau, y_hat)`` from scratch."""
+    for i in range(k + 1):
+        solution[i] = kinv[0, i]
+    _accumulate(kinv, k + 1, 1, theta, solution)
+
+
+@nb.njit(cache=True, nogil=True)
+def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
+    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse), and
+    the ``solution`` it gives."""
     kkt = np.zeros((k + 1, k + 1))
     for i in range(k):
         kkt[0, i + 1] = kkt[i + 1, 0] = 1.0
@@ -187,12 +196,15 @@ def _refactor(Mi, Mv, Mw, slots, kinv, k, scratch):
         for j in range(Mw[row]):
             scratch[Mi[row, j]] = 0.0
     kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt).T
+    _solution(kinv, k, theta, solution)
 
 
 @nb.njit(cache=True, nogil=True)
-def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, column, pivot_row):
+def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
     """Remove active structure ``i`` (downdating ``K^{-1}`` in one pass that also closes
-    the gap left by its row and column); returns the new size."""
+    the gap left by its row and column, and the solution ``work[4]`` with it); returns
+    the new size."""
+    column, pivot_row, solution = work[2], work[3], work[4]
     j = i + 1
     pivot = kinv[j, j]
     freed = slots[i]
@@ -202,11 +214,17 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, column, pivot_row):
         theta[a] = theta[a + 1]
     slots[k - 1] = freed
     if abs(pivot) < 1e-12:
-        _refactor(Mi, Mv, Mw, slots, kinv, k - 1, scratch)
+        _refactor(Mi, Mv, Mw, slots, theta, kinv, k - 1, scratch, solution)
         return k - 1
     for a in range(k + 1):
         column[a] = kinv[j, a] / pivot  # K^{-1}[a, j] / pivot
         pivot_row[a] = kinv[a, j]  # K^{-1}[j, a]
+    # solution[a] -= K^{-1}[a, j] solution[j] / pivot, without entry j
+    scale = solution[j]
+    for a in range(j):
+        solution[a] -= column[a] * scale
+    for a in range(j, k):
+        solution[a] = solution[a + 1] - column[a + 1] * scale
     # K^{-1}[a, b] -= column[a] K^{-1}[j, b] without row and column j: row b (column a)
     # of the result comes from row b + (b >= j) (column a + (a >= j)); sources never
     # precede their targets, so the update runs in place.
@@ -225,7 +243,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work
     """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
     parts the caller stores, given ``work[0] = [1; M_I m]``; affinely dependent active
     structures are pivoted out."""
-    border, w, column, pivot_row = work[0], work[1], work[2], work[3]  # column: scaled w at the end
+    border, w, column, solution = work[0], work[1], work[2], work[4]  # column: scaled w at the end
     weight = 0.0
     schur = _schur(kinv, k, m_squared, border, w)
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
@@ -238,7 +256,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work
         for i in range(k):
             y[i] = max(y[i] - gamma * w[i + 1], 0.0)
         weight += gamma
-        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, column, pivot_row)
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, work)
         for a in range(leave + 1, k + 1):
             border[a] = border[a + 1]
         schur = _schur(kinv, k, m_squared, border, w)
@@ -249,6 +267,12 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work
             kinv[b, a] += column[a] * w[b]
         kinv[b, k + 1] = kinv[k + 1, b] = -column[b]
     kinv[k + 1, k + 1] = 1.0 / schur
+    # The bordered solution: with c = border . solution = w . [1; theta],
+    # solution -= w (score - c) / schur, and the new entry is (score - c) / schur.
+    excess = score - _dot(border[: k + 1], solution[: k + 1])
+    for a in range(k + 1):
+        solution[a] -= column[a] * excess
+    solution[k + 1] = excess / schur
     y[k], theta[k] = weight, score
     return k + 1
 
@@ -271,17 +295,13 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
     """Solve the KKT system on the active set, dropping structures until feasible, and
     write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
     Returns the new size and ``tau``."""
-    products, solution, column, pivot_row = work[0], work[1], work[2], work[3]
+    products, solution = work[0], work[4]  # solution = (tau, y_hat) = K^{-1} [1; theta]
     y_hat = solution[1:]
     refactored = False
     while True:
-        # (tau, y_hat) = K^{-1} [1; theta]
-        for i in range(k + 1):
-            solution[i] = kinv[0, i]
-        _accumulate(kinv, k + 1, 1, theta, solution)
         if not refactored and abs(np.sum(y_hat[:k]) - 1.0) > 1e-8:
             # The incremental inverse no longer solves the KKT system: rebuild it once.
-            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution)
             refactored = True
             continue
         leave, gamma = -1, np.inf
@@ -295,7 +315,7 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
                 and not refactored
                 and _kkt_residual(Mi, Mv, Mw, slots, u, solution[0], theta, k, products) > 0.0
             ):
-                _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+                _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution)
                 refactored = True
                 continue
             for i in range(k):
@@ -303,7 +323,7 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
             return k, solution[0]
         for i in range(k):
             y[i] = max(y[i] + gamma * (y_hat[i] - y[i]), 0.0)
-        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, column, pivot_row)
+        k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, work)
         refactored = False
 
 
@@ -395,7 +415,9 @@ def _solve_one(
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Cb, Ch, slots = np.zeros((cap, code_size), np.int64), np.zeros(cap, np.int64), np.arange(cap)
     y, theta, kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
-    work = np.zeros((4, cap + 1))  # vectors of size k + 1 for _enter, _drop and _solve_relaxed
+    # Vectors of size k + 1 for _enter, _drop and _solve_relaxed; the last one keeps the
+    # solution (tau, y_hat) = K^{-1} [1; theta], updated with K^{-1}.
+    work = np.zeros((5, cap + 1))
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
@@ -410,6 +432,7 @@ def _solve_one(
     )
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
     k, tau = 1, kinv[0, 0]
+    _solution(kinv, k, theta, work[4])
     _combine(Mi, Mv, Mw, slots, y, 1, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
     # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
@@ -431,7 +454,7 @@ def _solve_one(
                 status = CONVERGED
                 break
             # The unchecked point is off: rebuild the inverse and solve again.
-            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
             k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
             checked = True
             continue
@@ -441,7 +464,7 @@ def _solve_one(
             if stalls > 1:
                 status = STALLED
                 break
-            _refactor(Mi, Mv, Mw, slots, kinv, k, scratch)
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
         else:
             if k + 1 >= slots.shape[0]:
                 cap = 2 * slots.shape[0]
@@ -452,7 +475,8 @@ def _solve_one(
                 slots = np.concatenate((slots, np.arange(slots.shape[0], cap)))
                 grown = np.zeros((cap + 1, cap + 1))
                 grown[: kinv.shape[0], : kinv.shape[1]] = kinv
-                kinv, work = grown, np.zeros((4, cap + 1))
+                kinv, solution, work = grown, work[4], np.zeros((5, cap + 1))
+                work[4, : solution.shape[0]] = solution
             m_squared, border = _dot(m_values[:count_u], m_values[:count_u]), work[0]
             border[0] = 1.0
             if one_hot_codes:
@@ -556,16 +580,20 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
 
     results, pending = [None] * batch, itertools.count()
 
-    def work(_):  # each thread takes the next unsolved example (next() is atomic under the GIL)
+    def work():  # each thread takes the next unsolved example (next() is atomic under the GIL)
         while (b := next(pending)) < batch:
             results[b] = solve_example(b)
 
-    list(_pool(os.getpid()).map(work, range(_THREADS)))  # the kernel releases the GIL
+    # The kernel releases the GIL; the calling thread works too (one thread less to wake).
+    helpers = [_pool(os.getpid()).submit(work) for _ in range(_THREADS - 1)]
+    work()
+    for helper in helpers:
+        helper.result()
     return results
 
 
 @functools.cache
 def _pool(process_id: int) -> concurrent.futures.ThreadPoolExecutor:
-    """The worker threads of :func:`solve_compiled`, started once per process (a forked
+    """The helper threads of :func:`solve_compiled`, started once per process (a forked
     child, with another ``process_id``, starts its own: it inherits no running threads)."""
-    return concurrent.futures.ThreadPoolExecutor(_THREADS, thread_name_prefix="sparsemap")
+    return concurrent.futures.ThreadPoolExecutor(max(_THREADS - 1, 1), thread_name_prefix="sparsemap")
