@@ -496,6 +496,7 @@ def _solve_one(
         k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
     v = np.zeros(dv)
     _combine(Ni, Nv, Nw, slots, y, k, v)
+    objective = _dot(eta_u, u) + _dot(eta_v, v) - 0.5 * _dot(u, u)
     codes = np.zeros((k, code_size), np.int64)
     for i in range(k):
         codes[i] = Cb[slots[i]]
@@ -519,6 +520,7 @@ def _solve_one(
         codes,
         y[:k].copy(),
         weights,
+        objective,
         gap,
         calls,
         status,

@@ -211,14 +211,12 @@ def _collect(examples, flat_u, flat_v, u_shape, v_shape, method, tol, max_iter, 
         )
     u = np.stack([e.u for e in examples])
     v = np.stack([e.v for e in examples])
-    objective = np.einsum("bd,bd->b", flat_u, u) + np.einsum("bd,bd->b", flat_v, v)
-    objective -= 0.5 * np.einsum("bd,bd->b", u, u)
     return SparseMAPSolution(
         u=u.reshape((batch,) + tuple(u_shape)),
         v=v.reshape((batch,) + tuple(v_shape)),
         structures=[e.codes for e in examples],
         weights=[e.weights for e in examples],
-        objective=objective,
+        objective=np.array([e.objective for e in examples]),
         gap=np.array([e.gap for e in examples]),
         map_calls=np.array([e.map_calls for e in examples]),
         converged=converged,

@@ -30,6 +30,7 @@ class ExampleSolution(NamedTuple):
     codes: np.ndarray
     weights: np.ndarray
     weight_jacobian: np.ndarray
+    objective: float
     gap: float
     map_calls: int
     converged: bool
@@ -120,6 +121,7 @@ class SupportState:
             np.stack(self.codes),
             self.y.copy(),
             self.weight_jacobian(),
+            self.objective,
             self.gap,
             self.map_calls,
             self.converged,
