@@ -16,6 +16,9 @@ at the original nodes inside ``t`` (self-loops), so finding the best entering
 arc and merging a cycle are branch-free scans of contiguous rows; with ranks,
 the best arc between two live nodes is kept in their own row and column and the
 scans run over a list of the live slots, which shrinks with every contraction.
+The weight table is the caller's scores laid out by dependent: a copy for
+:func:`max_arborescence`, the scores themselves for
+:func:`max_arborescence_by_dependent` (the SparseMAP kernel's scratch copy).
 """
 
 from __future__ import annotations
