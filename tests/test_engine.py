@@ -1,5 +1,6 @@
 """The numpy SparseMAP engine against brute-force enumeration and an independent QP solver."""
 
+import dataclasses
 import itertools
 import os
 import time
@@ -18,6 +19,7 @@ from keras_structured.engine import (
     solve,
     viterbi,
 )
+from keras_structured.engine.compiled_active_set import CONVERGED, solve_compiled
 from tests.brute_force import EnumeratedStructure, sequence_vertices, solve_qp
 
 SIZES = [(n, k) for n in range(1, 5) for k in range(1, 4)]
@@ -388,3 +390,24 @@ def test_one_hot_codes_count_the_parts_two_structures_share(structure, u_shape, 
             continue
         shared = np.sum((codes[a] == codes[b]) & (codes[a] >= 0))
         assert m[a] @ m[b] == shared
+
+
+@pytest.mark.parametrize(
+    "structure, shape", [(DependencyTreeStructure(), (7, 7)), (MatchingStructure(), (5, 6))]
+)
+def test_compiled_kernel_without_one_hot_codes_takes_the_same_path(structure, shape):
+    """The kernel's general path (shared parts from the sparse rows, for compiled oracles
+    whose codes are not one-hot) must give what the one-hot shortcut gives."""
+    rng = np.random.default_rng(3)
+    eta_u = rng.normal(size=(6,) + shape)
+    flat_u, flat_v = eta_u.reshape(6, -1), np.zeros((6, 0))
+    one_hot = structure.compiled_oracle(shape, (0,))
+    general = dataclasses.replace(one_hot, one_hot_codes=False)
+    for fast, slow in zip(
+        solve_compiled(one_hot, flat_u, flat_v, None, 1e-8, 100),
+        solve_compiled(general, flat_u, flat_v, None, 1e-8, 100),
+        strict=True,
+    ):
+        np.testing.assert_allclose(fast[0], slow[0], atol=1e-12)  # u
+        np.testing.assert_array_equal(fast[6], slow[6])  # the active structures
+        assert fast[-1] == slow[-1] == CONVERGED

@@ -294,7 +294,7 @@ def _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, products):
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
     """Solve the KKT system on the active set, dropping structures until feasible, and
     write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
-    Returns the new size and ``tau``."""
+    Returns the new size (``tau`` stays in ``work[4][0]``)."""
     products, solution = work[0], work[4]  # solution = (tau, y_hat) = K^{-1} [1; theta]
     y_hat = solution[1:]
     refactored = False
@@ -320,7 +320,7 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
                 continue
             for i in range(k):
                 y[i] = y_hat[i]
-            return k, solution[0]
+            return k
         for i in range(k):
             y[i] = max(y[i] + gamma * (y_hat[i] - y[i]), 0.0)
         k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, work)
@@ -431,7 +431,7 @@ def _solve_one(
         n_indices, n_values, count_v, eta_v
     )
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
-    k, tau = 1, kinv[0, 0]
+    k = 1
     _solution(kinv, k, theta, work[4])
     _combine(Mi, Mv, Mw, slots, y, 1, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
@@ -450,12 +450,12 @@ def _solve_one(
         score += _sparse_dot(n_indices, n_values, count_v, eta_v)
         gap = max(score - _sparse_dot(m_indices, m_values, count_u, u) - linear + u_squared, 0.0)
         if gap <= tol * max(1.0, abs(linear - 0.5 * u_squared)):
-            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, work[0]) == 0.0:
+            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, work[4][0], theta, k, work[0]) == 0.0:
                 status = CONVERGED
                 break
             # The unchecked point is off: rebuild the inverse and solve again.
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
-            k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
+            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
             checked = True
             continue
         code_hash = _code_hash(code)
@@ -493,7 +493,7 @@ def _solve_one(
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
             Cb[row], Ch[row] = code, code_hash
         checked = iteration % _CHECK_EVERY == _CHECK_EVERY - 1
-        k, tau = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
+        k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
     v = np.zeros(dv)
     _combine(Ni, Nv, Nw, slots, y, k, v)
     objective = _dot(eta_u, u) + _dot(eta_v, v) - 0.5 * _dot(u, u)

@@ -13,10 +13,14 @@ from keras_structured.engine.structure import Structure
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_tree(scores, words, single_root, projective, heads):
+def _best_tree(scores, words, single_root, projective, heads, by_dependent):
+    """Heads of the best tree; ``by_dependent``: non-projective scores laid out
+    ``[dependent, head]`` and searched in place (projective ones are ``[head, dependent]``)."""
     heads[:] = -1
     if projective:
         max_projective_tree(scores, words, single_root, heads)
+    elif by_dependent:
+        max_arborescence_by_dependent(scores, words, single_root, heads)
     else:
         max_arborescence(scores, words, single_root, heads)
 
@@ -25,7 +29,7 @@ def _best_tree(scores, words, single_root, projective, heads):
 def _decode_batch(scores, lengths, single_root, projective):
     heads = np.empty((scores.shape[0], scores.shape[1]), dtype=np.int64)
     for b in range(scores.shape[0]):
-        _best_tree(scores[b], lengths[b], single_root, projective, heads[b])
+        _best_tree(scores[b], lengths[b], single_root, projective, heads[b], False)
     return heads
 
 
@@ -37,16 +41,11 @@ def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indi
     Non-projective trees read their scores by dependent (see :func:`_by_dependent`)
     and search in them in place; projective ones read them ``[head, dependent]``.
     """
-    size = params[0]
+    size, projective = params[0], params[2] == 1
     words = size - 1 if length[0] < 0 else length[0]
-    scores = scores_u.reshape((size, size))
-    code[:] = -1
-    if params[2] == 1:
-        max_projective_tree(scores, words, params[1] == 1, code)
-    else:
-        max_arborescence_by_dependent(scores, words, params[1] == 1, code)
+    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, projective, code, not projective)
     for d in range(1, words + 1):
-        index = code[d] * size + d if params[2] == 1 else d * size + code[d]
+        index = code[d] * size + d if projective else d * size + code[d]
         m_indices[d - 1], m_values[d - 1] = index, 1.0
     return words, 0
 
