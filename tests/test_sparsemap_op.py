@@ -92,8 +92,11 @@ def test_non_finite_scores_raise(which):
     unary, transitions = np.zeros((2, 3, 2)), np.zeros((2, 2))
     (unary if which == "unary" else transitions)[0, 0] = np.nan
     name = "eta_u" if which == "unary" else "eta_v"
-    with pytest.raises(tf.errors.InvalidArgumentError, match=name):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=name) as eager:
         ks.sparsemap_sequence(unary, transitions)
+    assert isinstance(eager.value, ValueError)  # InvalidScoresError is both
+    with pytest.raises(tf.errors.InvalidArgumentError, match=name):
+        tf.function(ks.sparsemap_sequence)(tf.constant(unary), tf.constant(transitions))
 
 
 def test_shape_errors_at_trace_time():

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_structured.engine import Structure
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
-from keras_structured.ops.sparsemap_op import prepare_scores
+from keras_structured.ops.sparsemap_op import prepare_scores, raising_invalid_scores
 
 
 def _code_shape(structure: Structure, u_shape: tuple, v_shape: tuple) -> tuple | None:
@@ -41,11 +41,11 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         scores at trace time).
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit the structure; in
-            eager mode, also for bad lengths or when ``-inf`` scores rule out
-            every structure of an example.
-        tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, and
-            in graph mode for the run-time errors above.
+        ValueError: at trace time, for shapes that do not fit the structure.
+        tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, bad
+            lengths, or when ``-inf`` scores rule out every structure of an example
+            (an :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`,
+            also a ``ValueError``, in eager mode).
 
     Example:
         >>> from keras_structured.engine import SequenceStructure
@@ -75,7 +75,11 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         return np.asarray(codes, dtype=structure.code_dtype), m.astype(np_dtype), n.astype(np_dtype)
 
     codes, m, n = tf.numpy_function(
-        decode, inputs, [tf.as_dtype(structure.code_dtype), dtype, dtype], stateful=False, name="map_decode"
+        raising_invalid_scores(decode),
+        inputs,
+        [tf.as_dtype(structure.code_dtype), dtype, dtype],
+        stateful=False,
+        name="map_decode",
     )
     code_shape = _code_shape(structure, u_shape, v_shape)
     if code_shape is not None:

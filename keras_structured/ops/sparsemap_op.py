@@ -12,6 +12,8 @@ applied by one compiled (numba) call per batch.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -61,12 +63,31 @@ def _pad_codes(structures, weights, np_dtype, code_dtype):
     return codes, padded
 
 
-def _checked(scores: tf.Tensor, name: str) -> tf.Tensor:
-    """``scores`` after a run-time check for NaN and +inf (-inf marks forbidden parts)."""
-    bad = tf.reduce_any(tf.math.is_nan(scores) | (tf.math.is_inf(scores) & (scores > 0)))
-    check = tf.debugging.Assert(tf.logical_not(bad), [f"sparsemap: {name} contains NaN or +inf"])
-    with tf.control_dependencies([check]):
-        return tf.identity(scores)
+class InvalidScoresError(tf.errors.InvalidArgumentError, ValueError):
+    """Bad input found at run time: NaN or +inf scores, every structure forbidden, bad
+    lengths (or a custom oracle's invalid answer).
+
+    Raised inside the ops' numpy functions: being a ``ValueError``, TensorFlow turns it
+    into ``tf.errors.InvalidArgumentError`` in graph mode, and eager mode re-raises it as
+    it is, an ``InvalidArgumentError`` too. Checking in numpy, where the scores are read
+    anyway, saves a chain of graph ops per call.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
+
+
+def raising_invalid_scores(function):
+    """``function`` with its ``ValueError`` raised as :class:`InvalidScoresError`."""
+
+    @functools.wraps(function)
+    def checked(*arrays):
+        try:
+            return function(*arrays)
+        except ValueError as error:
+            raise InvalidScoresError(str(error)) from error
+
+    return checked
 
 
 def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
@@ -80,7 +101,8 @@ def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
 def prepare_scores(structure: Structure, eta_u: tf.Tensor, eta_v, lengths) -> list[tf.Tensor]:
     """Validate scores for a structure and return ``[scores_u, scores_v(, lengths)]``.
 
-    Shapes are checked at trace time (``ValueError``), NaN/+inf at run time;
+    Shapes are checked at trace time (``ValueError``); values are checked at run time
+    by the engine, in the op's numpy function (see :class:`InvalidScoresError`);
     scores are cast to the compute dtype (float32 for half precision), a missing
     ``eta_v`` becomes zeros of the structure's static higher-order shape.
     """
@@ -102,9 +124,7 @@ def prepare_scores(structure: Structure, eta_u: tf.Tensor, eta_v, lengths) -> li
             "eta_u and eta_v must have the same batch size. "
             f"Received: eta_u.shape={eta_u.shape}, eta_v.shape={eta_v.shape}"
         )
-    scores_u = _checked(tf.cast(eta_u, dtype), "eta_u (unary scores)")
-    scores_v = _checked(tf.cast(eta_v, dtype), "eta_v (higher-order scores)")
-    inputs = [scores_u, scores_v]
+    inputs = [tf.cast(eta_u, dtype), tf.cast(eta_v, dtype)]
     if lengths is not None:
         inputs.append(tf.cast(lengths, tf.int64))
     return inputs
@@ -147,7 +167,8 @@ def sparsemap(
     Raises:
         ValueError: at trace time, for shapes that do not fit the structure.
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
-            ``-inf`` scores (forbidden parts) rule out every structure.
+            ``-inf`` scores (forbidden parts) rule out every structure (an
+            :class:`InvalidScoresError`, also a ``ValueError``, in eager mode).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -190,7 +211,7 @@ def sparsemap(
 
     info_dtypes = [dtype, structure.code_dtype, dtype, tf.int32, tf.bool] if return_info else []
     outputs = tf.numpy_function(
-        forward,
+        raising_invalid_scores(forward),
         inputs,
         [dtype, dtype, tf.int64, dtype, tf.int64, dtype, dtype] + info_dtypes,
         stateful=False,
