@@ -96,7 +96,8 @@ def seconds_per_call(function, repeats: int) -> float:
 def paired_seconds(ours, baseline, repeats: int) -> tuple[float, float, float]:
     """Median seconds per call of ``ours`` and ``baseline``, called alternately, and the
     median of the per-pair time ratios (load changes during the run hit both sides)."""
-    ours(), baseline()  # trace and compile
+    for _ in range(3):  # trace, compile and warm up (training runs in the steady state)
+        ours(), baseline()
     times = np.empty((repeats, 2))
     for i in range(repeats):
         for j, function in enumerate((ours, baseline)):
