@@ -16,6 +16,7 @@ networkx is installed.
 
 Example:
     python benchmarks/bench_layers.py --repeats 10 --scale 1.0
+    python benchmarks/bench_layers.py --repeats 20 --structures tree
 """
 
 from __future__ import annotations
@@ -245,7 +246,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--items", type=int, default=20, help="matching size (items x items)")
     parser.add_argument("--scale", type=float, default=1.0, help="standard deviation of the random scores")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--structures",
+        default="tree,sequence,matching",
+        help="comma-separated subset of tree, sequence, matching (default: all three)",
+    )
     args = parser.parse_args(argv)
+    chosen = args.structures.split(",")
+    unknown = sorted(set(chosen) - {"tree", "sequence", "matching"})
+    if unknown:
+        parser.error(f"unknown structures {unknown}. Received: --structures={args.structures}")
     rng = np.random.default_rng(0)
     b, n, k, m = args.batch, args.words, args.labels, args.items
     tree_scores = rng.normal(size=(b, n + 1, n + 1)) * args.scale
@@ -255,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
 
     cases = [
         (
+            "tree",
             f"dependency tree n={n}",
             DependencyTreeStructure(),
             tree_scores,
@@ -265,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
             "matrix-tree CRF",
         ),
         (
+            "sequence",
             f"sequence n={n}, K={k}",
             SequenceStructure(),
             unary,
@@ -275,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
             "forward-backward",
         ),
         (
+            "matching",
             f"matching {m}x{m}",
             MatchingStructure(),
             pair_scores,
@@ -291,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     header = f"{'structure':<26}{'SparseMAP s':>12}{'baseline s':>12}{'ratio':>8}  {'baseline':<18}"
     print(header + f"{'MAP calls':>10}{'oracle share':>14}")
-    for name, structure, eta_u, eta_v, ours, theirs, inputs, baseline in cases:
+    for key, name, structure, eta_u, eta_v, ours, theirs, inputs, baseline in cases:
+        if key not in chosen:
+            continue
         ours_time, baseline_time, ratio = paired_seconds(
             forward_backward(ours, inputs), forward_backward(theirs, inputs), args.repeats
         )
@@ -300,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{name:<26}{ours_time:>12.4f}{baseline_time:>12.4f}{ratio:>8.2f}  "
             f"{baseline:<18}{calls:>10.1f}{share:>14.2f}"
         )
-    print(compare_cle_with_networkx(n, b))
+    if "tree" in chosen:
+        print(compare_cle_with_networkx(n, b))
 
 
 if __name__ == "__main__":
