@@ -13,7 +13,7 @@ The tables are stored by dependent: row ``t`` holds the arcs entering slot
 ``t``. Without ranks, column ``x`` always holds arcs out of original node ``x``
 (``owner`` names the live supernode containing it) and row ``t`` holds ``-inf``
 at the original nodes inside ``t`` (self-loops), so finding the best entering
-arc and merging a cycle are branch-free scans of contiguous rows; with ranks,
+arc and merging a cycle are scans of whole contiguous rows; with ranks,
 the best arc between two live nodes is kept in their own row and column and the
 scans run over a list of the live slots, which shrinks with every contraction.
 The weight table is the caller's scores laid out by dependent: a copy for
@@ -71,7 +71,8 @@ def _merge_ranked(
     drop its members from the live slots, then keep the best reweighted arc from each
     remaining live slot into the cycle, and the best one out of it towards that slot,
     in row and column ``slot_of[path[first]]``. Returns the new number of live slots."""
-    into = slot_of[path[first]]
+    head = path[first]  # the member whose slot the supernode takes
+    into, head_rank, head_weight = slot_of[head], in_rank[head], in_weight[head]
     kept = 0
     for j in range(live_count):
         if node_at[live[j]] >= 0 or live[j] == into:
@@ -81,9 +82,7 @@ def _merge_ranked(
         x = live[j]
         if x == into:
             continue
-        head = path[first]
-        enter, enter_rank = into, rank[into, x] - in_rank[head]
-        enter_weight = weight[into, x] - in_weight[head]
+        enter, enter_rank, enter_weight = into, rank[into, x] - head_rank, weight[into, x] - head_weight
         leave, leave_rank, leave_weight = into, rank[x, into], weight[x, into]
         for i in range(first + 1, length):
             s, v = slot_of[path[i]], path[i]

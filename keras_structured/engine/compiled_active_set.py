@@ -87,10 +87,11 @@ def _dot(a, b):
 
 @nb.njit(cache=True, nogil=True)
 def _accumulate(kinv, size, first, x, out):
-    """``out[:size] += K^{-1}[:size, first:size] @ x[:size - first]``, one term at a time.
+    """``out[:size] += K^{-1}[:size, first:size] @ x[:size - first]``, every entry adding
+    its terms in the order j = first, first + 1, ...
 
-    Four terms are added per pass over ``out`` (in order, so the sums are unchanged):
-    a quarter of the loads and stores of ``out``.
+    A pass over ``out`` adds four terms per entry, still in that order (the sums are
+    unchanged): a quarter of the loads and stores of ``out``.
     """
     j = first
     while j + 4 <= size:
