@@ -219,4 +219,4 @@ def test_layers_train_under_mirrored_strategy():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "replicas=2" in result.stdout
+    assert "replicas=2" in result.stdout and "predict ok" in result.stdout

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from keras_structured.engine.compiled_active_set import ROUNDING_GAP
 from keras_structured.engine.support import SupportState
 
 # Squared distance (relative to ||m||^2) below which a new unary vector counts as
@@ -26,19 +27,50 @@ _RESIDUAL_TOL = 1e-9
 
 
 class ActiveSetSolver(SupportState):
-    """One SparseMAP problem solved by the active-set method; see the module docstring."""
+    """One SparseMAP problem solved by the active-set method; see the module docstring.
 
-    def __init__(self, eta_u, eta_v, m, n, code, tol, record_history=False):
+    Args:
+        exact: once the gap is within ``tol``, go on to the method's finite
+            termination: the MAP structure adds nothing, being active or in the
+            affine hull of the active ones, or its gap is rounding error
+            (``ROUNDING_GAP``). The support then spans the solution's face, and the
+            Jacobian built from it is exact. A problem stopped between the two (by
+            ``max_iter``) reports ``converged=False``.
+        Other arguments: see :class:`SupportState`.
+    """
+
+    def __init__(self, eta_u, eta_v, m, n, code, tol, record_history=False, exact=True):
         super().__init__(eta_u, eta_v, m, n, code, tol, record_history)
         self.theta = np.array([eta_u @ m + eta_v @ n])
         self.kkt_inverse = np.array([[-(m @ m), 1.0], [1.0, 0.0]])
         self._stalls = 0
+        self.exact = exact
+        self._tol_reached = False
+        self._refined = False  # since the active set last changed
 
     def step(self, m: np.ndarray, n: np.ndarray, code: np.ndarray) -> None:
         """Take the MAP structure at the current point; add it unless converged."""
-        if self.check_gap(m, n):
-            return
-        if self.index_of(code) is not None:
+        if not self.exact:
+            if self.check_gap(m, n):
+                return
+            active = self.index_of(code) is not None
+        else:
+            finished = self.check_gap(m, n, min(self.tol, ROUNDING_GAP))
+            self._tol_reached = self._tol_reached or self.gap_within(self.tol)
+            active = self.index_of(code) is not None
+            # Terminated: the MAP structure adds nothing to the support's affine hull.
+            finished = finished or (
+                self._tol_reached and (active or self._border(m)[1] <= _AFFINE_TOL * max(1.0, m @ m))
+            )
+            self.done = self.converged = finished and self._refined
+            if finished and not self._refined:
+                # Decide on gaps exact to rounding: rebuild the factorization, ask again.
+                self._refactor()
+                self._solve_relaxed()
+                self._refined = True
+            if finished:
+                return
+        if active:
             # An active structure cannot have a positive gap in exact arithmetic:
             # rebuild the factorization once, then give up (reported as not converged).
             self._stalls += 1
@@ -47,6 +79,7 @@ class ActiveSetSolver(SupportState):
             self._solve_relaxed()
             return
         self._enter(m, n, code)
+        self._refined = False
         self._solve_relaxed()
 
     def weight_jacobian(self) -> np.ndarray:
@@ -97,7 +130,13 @@ class ActiveSetSolver(SupportState):
             self.kkt_inverse = shrunk - np.outer(column, column) / pivot
 
     def _refactor(self) -> None:
-        self.kkt_inverse = np.linalg.pinv(self.kkt_matrix())
+        # The active rows are affinely independent, so the KKT matrix is invertible:
+        # LU is exact on small integer systems, the pseudo-inverse only a fallback.
+        kkt = self.kkt_matrix()
+        try:
+            self.kkt_inverse = np.linalg.inv(kkt)
+        except np.linalg.LinAlgError:
+            self.kkt_inverse = np.linalg.pinv(kkt)
 
     def _solve_relaxed(self) -> None:
         """Solve the KKT system on the active set; drop structures until it is feasible."""

@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 class BudgetStructure(Structure):
@@ -67,6 +67,21 @@ class BudgetStructure(Structure):
         lengths: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         return codes.astype(np.float64), np.zeros((codes.shape[0],) + tuple(v_shape))
+
+    def validate_codes(
+        self, codes: np.ndarray, u_shape: tuple, lengths: np.ndarray | None = None, name: str = "codes"
+    ) -> None:
+        d = u_shape[0]
+        expected = (
+            f"0/1 vectors of {d} entries with {'exactly' if self.exact else 'at most'} k={self.k} ones "
+            "(or all of an example's items when it has fewer), and 0 past the example's length"
+        )
+        raise_for_invalid_codes(codes.shape[1:] != (d,), codes, name, expected)
+        sizes = np.full(len(codes), d) if lengths is None else lengths
+        binary = np.where(np.arange(d) < sizes[:, None], (codes == 0) | (codes == 1), codes == 0).all(axis=1)
+        budget, count = np.minimum(sizes, self.k), (codes == 1).sum(axis=1)
+        invalid = ~binary | ((count != budget) if self.exact else (count > budget))
+        raise_for_invalid_codes(invalid, codes, name, expected)
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         if len(u_shape) != 1 or (u_shape[0] is not None and self.k > u_shape[0]):

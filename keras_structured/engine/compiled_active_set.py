@@ -34,11 +34,18 @@ import numpy as np
 _AFFINE_TOL = 1e-10
 # KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
 _RESIDUAL_TOL = 1e-9
+# Relative Wolfe gap at which the active set counts as terminated when an exact support
+# is asked for: the gap of an optimal point is then rounding error of its terms.
+ROUNDING_GAP = 1e-14
+# Steps of iterative refinement before the exact termination is decided.
+_REFINEMENTS = 2
 # Iterations between two KKT residual checks (one also comes before convergence).
 _CHECK_EVERY = 8
 # Odd multiplier of the code hash.
 _HASH_MULTIPLIER = 0x5851F42D4C957F2D
-RUNNING, CONVERGED, STALLED = 0, 1, 2
+# Solver status: stopped by max_iter before tol; terminated; stuck on an active
+# structure before tol; stopped by max_iter within tol but before exact termination.
+RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 _THREADS = min(8, os.cpu_count() or 1)
 
 
@@ -309,6 +316,25 @@ def _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, products):
     return max(worst - _RESIDUAL_TOL * scale, 0.0)
 
 
+@nb.njit(cache=True, nogil=True)
+def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
+    """One step of iterative refinement of ``work[4] = (tau, y_hat) = K^{-1} [1; theta]``:
+    add ``K^{-1}`` times the KKT residual, computed from the sparse rows. A few steps
+    bring the residual down to rounding error even after the incremental inverse drifted,
+    so that the gaps computed next are exact to rounding. ``u`` is scratch."""
+    products, residual, delta, solution = work[0], work[2], work[3], work[4]
+    _combine(Mi, Mv, Mw, slots, solution[1:], k, u)
+    _row_dots(Mi, Mv, Mw, slots, k, u, products)
+    residual[0] = 1.0 - np.sum(solution[1 : k + 1])
+    for i in range(k):
+        residual[i + 1] = theta[i] - solution[0] - products[i]
+    for i in range(k + 1):
+        delta[i] = 0.0
+    _accumulate(kinv, k + 1, 0, residual, delta)
+    for i in range(k + 1):
+        solution[i] += delta[i]
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
     """Solve the KKT system on the active set, dropping structures until feasible, and
@@ -423,10 +449,17 @@ def _active_rows(indices, values, widths, slots, k):
 
 @nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
 def _solve_one(
-    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter
+    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
 ):
     """Active-set SparseMAP of one example, MAP calls to ``oracle`` included, in the
-    oracle's ``order`` of the unary part (empty: the flat order) until the end."""
+    oracle's ``order`` of the unary part (empty: the flat order) until the end.
+
+    It stops once the gap is within ``tol``. With ``exact``, it goes on to the active
+    set's finite termination: the MAP structure adds nothing, being active or in the
+    affine hull of the active structures (then its gap is zero in exact arithmetic),
+    or its gap is rounding error (``ROUNDING_GAP``). Only that support spans the
+    face of the solution, which the Jacobian projects on; a problem stopped by
+    ``max_iter`` between ``tol`` and termination gets ``TOL_REACHED``."""
     if order.shape[0] > 0:
         eta_u = eta_u[order]
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
@@ -454,9 +487,12 @@ def _solve_one(
     _solution(kinv, k, theta, work[4])
     _combine(Mi, Mv, Mw, slots, y, 1, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
+    finish_tol = min(tol, ROUNDING_GAP) if exact else tol
     # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
     # iterations and always before convergence is declared.
     checked = True
+    # Whether the point was refined since the active set last changed (exact only).
+    refined = False
     for iteration in range(max_iter):
         u_squared = _linearize(eta_u, u, iterate)
         count_u, count_v = oracle(
@@ -468,23 +504,13 @@ def _solve_one(
         score = _sparse_dot(m_indices, m_values, count_u, eta_u)
         score += _sparse_dot(n_indices, n_values, count_v, eta_v)
         gap = max(score - _sparse_dot(m_indices, m_values, count_u, u) - linear + u_squared, 0.0)
-        if gap <= tol * max(1.0, abs(linear - 0.5 * u_squared)):
-            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, work[4][0], theta, k, work[0]) == 0.0:
-                status = CONVERGED
-                break
-            # The unchecked point is off: rebuild the inverse and solve again.
-            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
-            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
-            checked = True
-            continue
+        scale = max(1.0, abs(linear - 0.5 * u_squared))
+        if gap <= tol * scale:
+            status = TOL_REACHED
         code_hash = _code_hash(code)
-        if _find(Cb, Ch, slots, k, code, code_hash) >= 0:
-            stalls += 1
-            if stalls > 1:
-                status = STALLED
-                break
-            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
-        else:
+        active = _find(Cb, Ch, slots, k, code, code_hash) >= 0
+        tied = False
+        if not active:
             if k + 1 >= slots.shape[0]:
                 cap = 2 * slots.shape[0]
                 Mi, Mv, Mw = _grow_2d(Mi, cap), _grow_2d(Mv, cap), _grow_1d(Mw, cap)
@@ -506,12 +532,41 @@ def _solve_one(
                 _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
+            if exact and status == TOL_REACHED:
+                # In the active set's affine hull: it adds nothing to the Jacobian.
+                tied = _schur(kinv, k, m_squared, border, work[1]) <= _AFFINE_TOL * max(1.0, m_squared)
+        # Terminated: within the tolerance, or (exact) no structure outside the support's
+        # affine hull improves.
+        if gap <= finish_tol * scale or (status == TOL_REACHED and (active or tied)):
+            if exact and not refined:
+                # Decide on gaps that are exact to rounding: refine the point, ask again.
+                for _ in range(_REFINEMENTS):
+                    _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+                k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, False)
+                refined = True
+                continue
+            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, work[4][0], theta, k, work[0]) == 0.0:
+                status = CONVERGED
+                break
+            # The unchecked point is off: rebuild the inverse and solve again.
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
+            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
+            checked = True
+            continue
+        if active:
+            stalls += 1
+            if stalls > 1:
+                status = STALLED
+                break
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
+        else:
             k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work)
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
             Cb[row], Ch[row] = code, code_hash
         checked = iteration % _CHECK_EVERY == _CHECK_EVERY - 1
+        refined = False
         k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
     v = np.zeros(dv)
     _combine(Ni, Nv, Nw, slots, y, k, v)
@@ -552,20 +607,36 @@ def _bound_kernel(oracle):
     argument, which costs numba's dispatcher several microseconds per example."""
 
     @nb.njit(nogil=True)
-    def solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter):
+    def solve_one(
+        eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
+    ):
         return _solve_one(
-            oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter
+            oracle,
+            eta_u,
+            eta_v,
+            length,
+            params,
+            code_size,
+            nonzeros,
+            order,
+            one_hot_codes,
+            tol,
+            max_iter,
+            exact,
         )
 
     return solve_one
 
 
-def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int):
-    """Solve every example with the compiled kernel.
+def solve_compiled(
+    compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int, exact: bool = True
+):
+    """Solve every example with the compiled kernel (``exact``: to termination, see
+    :func:`_solve_one`).
 
     Returns a list of per-example tuples in the field order of
     :class:`~keras_structured.engine.support.ExampleSolution`, with the solver
-    status (``CONVERGED``, ``STALLED`` or ``RUNNING``) last.
+    status (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
     batch = flat_u.shape[0]
     if lengths is None:
@@ -592,6 +663,7 @@ def solve_compiled(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float
             compiled.one_hot_codes,
             tol,
             max_iter,
+            exact,
         )
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]

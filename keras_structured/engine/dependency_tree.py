@@ -9,7 +9,7 @@ from keras_structured.engine.arborescence import max_arborescence, max_arboresce
 from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.eisner import max_projective_tree
 from keras_structured.engine.forbidden import finite_mass, replace_forbidden
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 @numba.njit(cache=True, nogil=True)
@@ -155,6 +155,29 @@ class DependencyTreeStructure(Structure):
         rows, dependents = np.nonzero(codes >= 0)
         m[rows, codes[rows, dependents], dependents] = 1.0
         return m, np.zeros((batch,) + tuple(v_shape))
+
+    def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
+        size = u_shape[0]
+        expected = (
+            f"{size} heads per example: -1 at the root (position 0) and past the last word, "
+            "and for every word the root (0) or another word, with no cycle"
+            + (" and exactly one word attached to the root" if self.single_root else "")
+        )
+        raise_for_invalid_codes(codes.shape[1:] != (size,), codes, name, expected)
+        words = np.minimum(size - 1, size - 1 if lengths is None else lengths)[:, None]
+        position = np.arange(size)
+        is_word = (position >= 1) & (position <= words)
+        valid = np.where(is_word, (codes >= 0) & (codes <= words) & (codes != position), codes == -1)
+        # Pointer doubling: after k steps every position points at its 2^k-th ancestor
+        # (the root and padding point at 0), so words off a cycle end at the root.
+        ancestors = np.where(valid, np.maximum(codes, 0), 0)
+        reach = 1
+        while reach < size:
+            ancestors, reach = np.take_along_axis(ancestors, ancestors, axis=1), 2 * reach
+        invalid = ~valid.all(axis=1) | ancestors.any(axis=1)
+        if self.single_root:
+            invalid |= (codes == 0).sum(axis=1) != np.minimum(words[:, 0], 1)
+        raise_for_invalid_codes(invalid, codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)

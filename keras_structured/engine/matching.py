@@ -7,7 +7,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from keras_structured.engine.compiled_active_set import CompiledOracle
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 @nb.njit(cache=True, nogil=True)
@@ -160,6 +160,27 @@ class MatchingStructure(Structure):
         examples, rows = np.nonzero(codes >= 0)
         m[examples, rows, codes[examples, rows]] = 1.0
         return m, np.zeros((batch,) + tuple(v_shape))
+
+    def validate_codes(
+        self, codes: np.ndarray, u_shape: tuple, lengths: np.ndarray | None = None, name: str = "codes"
+    ) -> None:
+        rows, cols = u_shape
+        expected = (
+            f"per example the column matched to each of the {rows} rows, or -1, each column at most once"
+        )
+        if self.unmatched_score is None:
+            expected += ", and every row or every column matched (unmatched_score=None)"
+        raise_for_invalid_codes(codes.shape[1:] != (rows,), codes, name, expected)
+        sizes = np.broadcast_to((rows, cols), (len(codes), 2)) if lengths is None else lengths
+        used_rows, used_cols = sizes[:, :1], sizes[:, 1:]
+        in_range = np.where(np.arange(rows) < used_rows, (codes >= -1) & (codes < used_cols), codes == -1)
+        # Sorted, a column used twice shows up as two equal neighbours.
+        ordered = np.sort(np.where(in_range, codes, -1), axis=1)
+        repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+        invalid = ~in_range.all(axis=1) | repeated.any(axis=1)
+        if self.unmatched_score is None:
+            invalid |= (codes >= 0).sum(axis=1) != sizes.min(axis=1)
+        raise_for_invalid_codes(invalid, codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
         if self.unmatched_score not in (None, 0.0):

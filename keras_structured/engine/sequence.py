@@ -6,7 +6,7 @@ import numba as nb
 import numpy as np
 
 from keras_structured.engine.compiled_active_set import CompiledOracle
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
@@ -115,6 +115,18 @@ class SequenceStructure(Structure):
         both = labelled[:, :-1] & labelled[:, 1:]
         pair[rows, positions[:, :-1], np.maximum(codes[:, :-1], 0), np.maximum(codes[:, 1:], 0)] = both
         return m, pair
+
+    def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
+        n, num_labels = u_shape
+        expected = (
+            f"{n} labels in [0, {num_labels}) per example, with -1 only as padding at the end "
+            "(past the example's length)"
+        )
+        raise_for_invalid_codes(codes.shape[1:] != (n,), codes, name, expected)
+        sizes = np.full(len(codes), n) if lengths is None else lengths
+        labelled = np.arange(n) < sizes[:, None]
+        invalid = np.where(labelled, (codes < 0) | (codes >= num_labels), codes != -1).any(axis=1)
+        raise_for_invalid_codes(invalid, codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
         return CompiledOracle(

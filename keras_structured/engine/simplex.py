@@ -6,7 +6,7 @@ import numba as nb
 import numpy as np
 
 from keras_structured.engine.compiled_active_set import CompiledOracle
-from keras_structured.engine.structure import Structure
+from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 @nb.njit(cache=True, nogil=True)
@@ -36,6 +36,11 @@ class SimplexStructure(Structure):
         m = np.zeros((codes.shape[0],) + tuple(u_shape))
         m[np.arange(codes.shape[0]), codes] = 1.0
         return m, np.zeros((codes.shape[0],) + tuple(v_shape))
+
+    def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
+        expected = f"one class index in [0, {u_shape[0]}) per example"
+        raise_for_invalid_codes(codes.shape[1:] != (), codes, name, expected)
+        raise_for_invalid_codes((codes < 0) | (codes >= u_shape[0]), codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
         return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), (), 1, one_hot_codes=True)

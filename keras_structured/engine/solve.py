@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import sys
 import warnings
 
 import numpy as np
@@ -30,6 +32,13 @@ METHODS = {
     "away_frank_wolfe": functools.partial(FrankWolfeSolver, variant="away"),
     "pairwise_frank_wolfe": functools.partial(FrankWolfeSolver, variant="pairwise"),
 }
+
+
+# Default limit on MAP calls. Exact termination takes about 3n calls on trees of n words
+# (320, at most 450, for n = 100) and up to 150 on near-zero scores of an 8x5 tagger.
+DEFAULT_MAX_ITER = 1000
+# Packages whose frames a convergence warning skips to point at the user's code.
+_INTERNAL_PACKAGES = frozenset({"keras_structured", "tensorflow", "keras", "numpy"})
 
 
 class SparseMAPConvergenceWarning(RuntimeWarning):
@@ -72,7 +81,11 @@ class SparseMAPSolution:
         """
         batch = self.u.shape[0]
         x_v = np.zeros_like(self.v) if x_v is None else x_v
-        j_u, j_v = jacobian_product(self.support, x_u.reshape(batch, -1), x_v.reshape(batch, -1))
+        j_u, j_v = jacobian_product(
+            self.support,
+            x_u.reshape(batch, math.prod(self.u.shape[1:])),
+            x_v.reshape(batch, math.prod(self.v.shape[1:])),
+        )
         return j_u.reshape(self.u.shape), j_v.reshape(self.v.shape)
 
 
@@ -84,7 +97,8 @@ def solve(
     lengths=None,
     method: str = "active_set",
     tol: float = 1e-6,
-    max_iter: int = 100,
+    max_iter: int = DEFAULT_MAX_ITER,
+    exact_jacobian: bool = True,
     record_history: bool = False,
     compiled: bool = True,
 ) -> SparseMAPSolution:
@@ -103,6 +117,14 @@ def solve(
             or ``"pairwise_frank_wolfe"``.
         tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``.
         max_iter: maximum number of MAP calls after the warm start.
+        exact_jacobian: (active set) once the gap is within ``tol``, go on to the
+            active set's finite termination: the MAP structure is already active,
+            or the gap is rounding error. The support is then the exact solution's
+            and so is the Jacobian. False stops at ``tol``: a few MAP calls fewer
+            (about 15% on trees), but the Jacobian is built from a support that may
+            miss structures of small weight, and its products can be off by tens of
+            percent. The Frank-Wolfe methods ignore it: their supports are
+            approximate, and so are their Jacobians.
         record_history: keep (objective, gap) at every MAP call (Python solvers only).
         compiled: use the compiled active-set kernel when the structure has a
             compiled oracle (``method="active_set"``, no history); False forces the
@@ -144,6 +166,8 @@ def solve(
                 f"Received: lengths.shape={lengths.shape}, dtype={lengths.dtype}"
             )
         structure.validate_lengths(lengths, u_shape)
+    if batch == 0:
+        return _empty_solution(u_shape, v_shape)
     flat_u, flat_v = eta_u.reshape(batch, -1), eta_v.reshape(batch, -1)
     mass = finite_mass(flat_u, flat_v)
     flat_u, forbidden_u = replace_forbidden("eta_u", flat_u, mass)
@@ -156,13 +180,16 @@ def solve(
     if oracle is not None:
         examples = [
             ExampleSolution(*result[:-1], result[-1] == CONVERGED)
-            for result in solve_compiled(oracle, flat_u, flat_v, lengths, tol, max_iter)
+            for result in solve_compiled(oracle, flat_u, flat_v, lengths, tol, max_iter, exact_jacobian)
         ]
         history = None
     else:
         shapes = (u_shape, v_shape)
+        solver_class = METHODS[method]
+        if method == "active_set":
+            solver_class = functools.partial(solver_class, exact=exact_jacobian)
         solvers = _solve_in_python(
-            structure, METHODS[method], flat_u, flat_v, lengths, shapes, tol, max_iter, record_history
+            structure, solver_class, flat_u, flat_v, lengths, shapes, tol, max_iter, record_history
         )
         examples = [s.result() for s in solvers]
         history = [np.array(s.history).reshape(-1, 2) for s in solvers] if record_history else None
@@ -180,8 +207,7 @@ def _solve_in_python(structure, solver_class, flat_u, flat_v, lengths, shapes, t
     m, n = structure.indicators(codes, u_shape, v_shape, lengths)
     m, n = m.reshape(batch, -1), n.reshape(batch, -1)
     solvers = [
-        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history)
-        for b in range(batch)
+        solver_class(flat_u[b], flat_v[b], m[b], n[b], codes[b], tol, record_history) for b in range(batch)
     ]
     for _ in range(max_iter):
         pending = [b for b in range(batch) if not solvers[b].done]
@@ -198,16 +224,45 @@ def _solve_in_python(structure, solver_class, flat_u, flat_v, lengths, shapes, t
     return solvers
 
 
+def _empty_solution(u_shape, v_shape) -> SparseMAPSolution:
+    """The solution of a batch of no problems (an empty shard of a distributed batch)."""
+    empty = np.zeros(0)
+    return SparseMAPSolution(
+        u=np.zeros((0,) + tuple(u_shape)),
+        v=np.zeros((0,) + tuple(v_shape)),
+        structures=[],
+        weights=[],
+        objective=empty,
+        gap=empty,
+        map_calls=np.zeros(0, np.int64),
+        converged=np.zeros(0, bool),
+        support=Support(*(np.zeros((0, 0, 0), dtype) for dtype in (np.int64, float, np.int64, float, float))),
+    )
+
+
+def _warning_stacklevel() -> int:
+    """Stack level of the first frame outside keras_structured, TensorFlow and Keras:
+    the user's call, for warnings raised deep inside an op."""
+    frame, level = sys._getframe(1), 1
+    while (
+        frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_PACKAGES
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _collect(examples, flat_u, flat_v, u_shape, v_shape, method, tol, max_iter, history) -> SparseMAPSolution:
     batch = len(examples)
     converged = np.array([e.converged for e in examples], dtype=bool)
     if not converged.all():
         warnings.warn(
-            f"SparseMAP ({method}) stopped at max_iter={max_iter} before reaching tol={tol} "
-            "on some problems; their last feasible points are returned and flagged "
-            "converged=False.",
+            f"SparseMAP ({method}) did not finish {np.count_nonzero(~converged)} of {batch} "
+            f"problems within max_iter={max_iter} MAP calls: it stopped before reaching "
+            f"tol={tol}, or (active set) before the final support that the exact Jacobian "
+            "needs. Their last feasible points are returned and flagged converged=False. "
+            "Raise max_iter (or tol) in the call or layer that solves them.",
             SparseMAPConvergenceWarning,
-            stacklevel=3,
+            stacklevel=_warning_stacklevel(),
         )
     u = np.stack([e.u for e in examples])
     v = np.stack([e.v for e in examples])

@@ -9,6 +9,9 @@ quadratic penalty of SparseMAP; ``n_s`` (the *higher-order* part, shape
   a compact integer code per example (for instance the label sequence), and
 * the indicator vectors ``(m_s, n_s)`` of a batch of codes.
 
+Codes that come from users (the gold structures of a loss) are checked by
+:meth:`Structure.validate_codes` before they are turned into indicator vectors.
+
 Both receive optional per-example ``lengths`` (integers, shape ``(batch,)`` or
 ``(batch, d)``) for variable-size inputs padded to a common shape: padded parts
 of the indicator vectors must be zero, and padded parts of the codes must be a
@@ -30,8 +33,8 @@ class Structure(abc.ABC):
     """Base class of the structures that SparseMAP can solve over.
 
     Subclasses implement :meth:`map` and :meth:`indicators` on batches and may
-    override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`v_shape`
-    and :meth:`get_config` (constructor arguments, for serialization). Every
+    override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`validate_codes`,
+    :meth:`v_shape` and :meth:`get_config` (constructor arguments, for serialization). Every
     subclass is registered by class name for :func:`structure_from_config`.
     """
 
@@ -107,9 +110,45 @@ class Structure(abc.ABC):
         """Raise ``ValueError`` when ``lengths`` do not fit the structure (default: no lengths)."""
         raise ValueError(f"{type(self).__name__} does not take lengths. Received: lengths={lengths!r}")
 
+    def validate_codes(
+        self, codes: np.ndarray, u_shape: tuple, lengths: np.ndarray | None = None, name: str = "codes"
+    ) -> None:
+        """Raise ``ValueError`` unless ``codes`` are the codes of structures (default: finite codes).
+
+        Structures whose :meth:`indicators` would misread invalid codes (an index out
+        of range, a cycle) override this with a check linear in the size of ``codes``
+        that names the first invalid example, by :func:`raise_for_invalid_codes`.
+
+        Args:
+            codes: ``(batch, ...)`` codes, in the format of :meth:`map`'s output.
+            u_shape: per-example shape of the unary part (static).
+            lengths: optional per-example sizes, as given to :meth:`indicators`.
+            name: the codes' argument name, for error messages (``"y_true"`` in losses).
+        """
+        finite = np.isfinite(codes.reshape(len(codes), -1)).all(axis=1)
+        raise_for_invalid_codes(~finite, codes, name, "finite values")
+
     def get_config(self) -> dict:
         """Constructor arguments, for serialization."""
         return {}
+
+
+def raise_for_invalid_codes(invalid, codes: np.ndarray, name: str, expected: str) -> None:
+    """Raise ``ValueError`` naming the first example whose codes are invalid.
+
+    Args:
+        invalid: ``(batch,)`` booleans, True for the examples with invalid codes; or
+            one boolean for them all (whether ``codes`` have a wrong per-example shape,
+            to be checked before values are).
+        codes: ``(batch, ...)`` codes.
+        name: their argument name.
+        expected: what valid codes are, completing "``name`` must hold ...".
+    """
+    invalid = np.broadcast_to(invalid, codes.shape[:1])
+    if invalid.any():
+        b = int(np.argmax(invalid))
+        received = f"{name}[{b}]={codes[b].tolist()} ({name}.shape={codes.shape})"
+        raise ValueError(f"{name} must hold {expected}. Received: {received}")
 
 
 def structure_to_config(structure: Structure) -> dict:

@@ -70,16 +70,21 @@ class SupportState:
         """Scores of structures under the objective linearised at the current point."""
         return M @ (self.eta_u - self.u) + N @ self.eta_v
 
-    def check_gap(self, m: np.ndarray, n: np.ndarray) -> bool:
-        """Record the Wolfe gap given the MAP structure ``(m, n)``; True when converged."""
+    def check_gap(self, m: np.ndarray, n: np.ndarray, tol: float | None = None) -> bool:
+        """Record the Wolfe gap given the MAP structure ``(m, n)``; True when converged,
+        that is when the gap is within ``tol`` (default: the solver's) relative to the
+        objective."""
         self.map_calls += 1
-        objective = self.objective
         self.gap = max(float((m - self.u) @ (self.eta_u - self.u) + (n - self.v) @ self.eta_v), 0.0)
         if self.history is not None:
-            self.history.append((objective, self.gap))
-        if self.gap <= self.tol * max(1.0, abs(objective)):
+            self.history.append((self.objective, self.gap))
+        if self.gap_within(self.tol if tol is None else tol):
             self.done = self.converged = True
         return self.converged
+
+    def gap_within(self, tol: float) -> bool:
+        """Whether the last Wolfe gap is at most ``tol * max(1, |objective|)``."""
+        return self.gap <= tol * max(1.0, abs(self.objective))
 
     def index_of(self, code: np.ndarray) -> int | None:
         """Position of a structure in the active set, or None."""

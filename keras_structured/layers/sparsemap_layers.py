@@ -24,7 +24,7 @@ from keras_structured.engine import (
     structure_from_config,
     structure_to_config,
 )
-from keras_structured.engine.solve import METHODS
+from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 
 
@@ -44,6 +44,9 @@ class SparseMAP(keras.layers.Layer):
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
         tol: relative Wolfe-gap tolerance of the solver.
         max_iter: maximum MAP calls per example.
+        exact_jacobian: run the active set to its finite termination, so that the
+            gradient is the exact Jacobian product (default); False stops at
+            ``tol``, a few MAP calls cheaper, with an approximate gradient.
         return_structures: also return the active set: the layer then returns a
             dict with ``u``, ``v``, ``weights`` ``(batch, k)`` and ``structures``
             (codes, padded with -1).
@@ -67,7 +70,8 @@ class SparseMAP(keras.layers.Layer):
         structure: Structure | dict,
         method: str = "active_set",
         tol: float = 1e-6,
-        max_iter: int = 100,
+        max_iter: int = DEFAULT_MAX_ITER,
+        exact_jacobian: bool = True,
         return_structures: bool = False,
         **kwargs,
     ):
@@ -82,11 +86,16 @@ class SparseMAP(keras.layers.Layer):
             raise ValueError(f"Need tol >= 0 and max_iter >= 1. Received: tol={tol}, max_iter={max_iter}")
         self.structure = structure
         self.method, self.tol, self.max_iter = method, float(tol), int(max_iter)
+        self.exact_jacobian = bool(exact_jacobian)
         self.return_structures = bool(return_structures)
 
     def _solver_options(self) -> dict:
         return dict(
-            method=self.method, tol=self.tol, max_iter=self.max_iter, return_info=self.return_structures
+            method=self.method,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            exact_jacobian=self.exact_jacobian,
+            return_info=self.return_structures,
         )
 
     def _lengths(self, mask):
@@ -131,6 +140,7 @@ class SparseMAP(keras.layers.Layer):
             method=self.method,
             tol=self.tol,
             max_iter=self.max_iter,
+            exact_jacobian=self.exact_jacobian,
             return_structures=self.return_structures,
         )
         return config

@@ -45,6 +45,11 @@ def sparsemax_loss(labels, logits, axis: int = -1) -> tf.Tensor:
     Returns:
         The loss, with ``axis`` reduced.
 
+    Raises:
+        ValueError: at trace time, for mismatched shapes or an empty class axis.
+        tf.errors.InvalidArgumentError: at run time, for logits that
+            :func:`keras_structured.sparsemax` rejects (NaN, ``+inf``, all ``-inf``).
+
     Example:
         >>> float(sparsemax_loss([[0.0, 1.0]], [[0.0, 5.0]])[0])
         0.0
@@ -78,7 +83,8 @@ class SparsemaxLoss(keras.losses.Loss):
             loss is defined on scores, which probabilities do not determine).
         sparse_labels: True for integer class labels, False for distributions,
             None to infer from the label rank (one less than ``y_pred``, or a
-            trailing axis of size 1).
+            trailing axis of size 1). Integer labels outside ``[0, K)`` raise
+            ``tf.errors.InvalidArgumentError`` at run time.
         axis: the class axis.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
@@ -119,9 +125,14 @@ class SparsemaxLoss(keras.losses.Loss):
         if self._labels_are_sparse(y_true, logits):
             if y_true.shape.rank == logits.shape.rank:
                 y_true = tf.squeeze(y_true, axis=self.axis)
-            y_true = tf.one_hot(
-                tf.cast(y_true, tf.int32), tf.shape(logits)[self.axis], axis=self.axis, dtype=logits.dtype
-            )
+            labels, num_classes = tf.cast(y_true, tf.int32), tf.shape(logits)[self.axis]
+            message = "y_true must hold class indices in [0, K), K the size of the class axis of y_pred."
+            checks = [
+                tf.debugging.assert_non_negative(labels, message=message),
+                tf.debugging.assert_less(labels, num_classes, message=message),
+            ]
+            with tf.control_dependencies(checks):
+                y_true = tf.one_hot(labels, num_classes, axis=self.axis, dtype=logits.dtype)
         return sparsemax_loss(y_true, logits, axis=self.axis)
 
     def _labels_are_sparse(self, y_true, logits) -> bool:

@@ -33,7 +33,12 @@ Labels ``y_true`` are the gold structures' codes, in the structure's own format
 label sequences ``(batch, n)``,
 head vectors ``(batch, n + 1)`` (``-1`` at the root), column per row for
 matchings, 0/1 vectors for budgets. For sequences and dependency trees, ``-1``
-also marks padding at the end, and the lengths come from the labels.
+also marks padding at the end, and the lengths come from the labels. Invalid
+labels (an index out of range, ``-1`` inside a sequence, heads that do not form a
+tree, a column matched twice, a budget exceeded) raise
+``tf.errors.InvalidArgumentError`` at run time, naming the first invalid example:
+the structure's ``validate_codes`` checks them where they are read, and the CRF
+losses check them with assertions.
 
 Scores ``y_pred`` are, for sequences, the packed ``(batch, n, K, K + 1)`` tensor
 of :func:`keras_structured.ops.pack_sequence_scores`, and ``eta_u`` for every
@@ -49,19 +54,19 @@ import tensorflow as tf
 
 from keras_structured.engine import SequenceStructure, Structure, structure_from_config, structure_to_config
 from keras_structured.engine.dependency_tree import DependencyTreeStructure
-from keras_structured.engine.solve import METHODS
+from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
 from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
-from keras_structured.ops.sparsemap_op import sparsemap
+from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap
 
 # Structures whose codes are -1 exactly at the padding, so that lengths follow from labels.
 _PADDED_BY_CODES = (SequenceStructure, DependencyTreeStructure)
 
 
 def _per_example_sum(x: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_sum(tf.reshape(x, [tf.shape(x)[0], -1]), axis=1)
+    return tf.reduce_sum(flatten_examples(x), axis=1)
 
 
 def _inner(scores: tf.Tensor, indicators: tf.Tensor) -> tf.Tensor:
@@ -122,10 +127,15 @@ class _StructuredLoss(keras.losses.Loss):
         return scores, None
 
     def _gold(self, y_true, y_pred, eta_u):
-        """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``)."""
+        """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``).
+
+        The codes are checked by the structure's ``validate_codes`` in the numpy function
+        that reads them anyway (see :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`).
+        """
         code_dtype = tf.as_dtype(self.structure.code_dtype)
         codes = tf.convert_to_tensor(y_true)
-        codes = tf.cast(tf.round(codes) if code_dtype.is_integer else codes, code_dtype)
+        # Integer codes are checked as int64, before a narrower code dtype could wrap them around.
+        codes = tf.cast(tf.round(codes), tf.int64) if code_dtype.is_integer else tf.cast(codes, code_dtype)
         lengths = None
         if isinstance(self.structure, _PADDED_BY_CODES):
             _check_labels(codes, eta_u.shape[1], y_pred)
@@ -134,15 +144,25 @@ class _StructuredLoss(keras.losses.Loss):
 
         def indicators(codes, u_shape, sizes=None):
             u_shape = tuple(int(d) for d in u_shape)
+            self.structure.validate_codes(codes, u_shape, sizes, name="y_true")
+            codes = codes.astype(self.structure.code_dtype)
             m, n = self.structure.indicators(codes, u_shape, self.structure.v_shape(u_shape), sizes)
             return m.astype(np_dtype), n.astype(np_dtype)
 
         inputs = [codes, tf.shape(eta_u)[1:]] + ([] if lengths is None else [tf.cast(lengths, tf.int64)])
         m, n = tf.numpy_function(
-            indicators, inputs, [eta_u.dtype, eta_u.dtype], stateful=False, name="gold_indicators"
+            raising_invalid_scores(indicators),
+            inputs,
+            [eta_u.dtype, eta_u.dtype],
+            stateful=False,
+            name="gold_indicators",
         )
         m.set_shape(eta_u.shape)
         n.set_shape(eta_u.shape[:1].concatenate(self.structure.v_shape(tuple(eta_u.shape[1:]))))
+        if lengths is not None:
+            # Lengths from invalid codes can be invalid too: the solver reads them after the check.
+            with tf.control_dependencies([m]):
+                lengths = tf.identity(lengths)
         return lengths, m, n
 
     def call(self, y_true, y_pred):
@@ -190,6 +210,7 @@ class _SparseMAPLossBase(_StructuredLoss):
             method=self.method,
             tol=self.tol,
             max_iter=self.max_iter,
+            exact_jacobian=False,  # Danskin: the solver is not differentiated
         )
 
 
@@ -228,7 +249,7 @@ class SparseMAPLoss(_SparseMAPLossBase):
         structure: Structure | dict,
         method: str = "active_set",
         tol: float = 1e-6,
-        max_iter: int = 100,
+        max_iter: int = DEFAULT_MAX_ITER,
         reduction: str = "sum_over_batch_size",
         name: str = "sparsemap_loss",
         dtype=None,
@@ -270,7 +291,7 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
         cost_weight: float = 1.0,
         method: str = "active_set",
         tol: float = 1e-6,
-        max_iter: int = 100,
+        max_iter: int = DEFAULT_MAX_ITER,
         reduction: str = "sum_over_batch_size",
         name: str = "margin_sparsemap_loss",
         dtype=None,
@@ -350,6 +371,64 @@ def _labels(y_true) -> tf.Tensor:
     return tf.cast(tf.round(tf.convert_to_tensor(y_true)), tf.int32)
 
 
+def _checked_labels(labels: tf.Tensor, valid: tf.Tensor, expected: str) -> tf.Tensor:
+    """``labels`` once ``valid`` (a boolean per example) holds, else ``InvalidArgumentError``.
+
+    An assertion, so that the CRF losses stay pure TensorFlow: it runs in graph mode
+    too, and XLA drops it. The message names the first invalid example.
+    """
+    invalid = ~valid
+    check = tf.debugging.Assert(
+        tf.reduce_all(valid),
+        [
+            f"y_true must hold {expected}. Received: y_true[i] for the first invalid example i =",
+            tf.where(invalid)[:1, 0],
+            ":",
+            tf.boolean_mask(labels, invalid)[:1],
+        ],
+        summarize=1000,
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(labels)
+
+
+def _checked_tags(tags: tf.Tensor, num_labels) -> tf.Tensor:
+    """``(batch, n)`` tags checked to be in ``[0, num_labels)``, with ``-1`` padding only at the end."""
+    in_length = tf.range(tf.shape(tags)[1])[None, :] < _lengths_from_codes(tags)[:, None]
+    valid = (in_length == (tags >= 0)) & (tags >= -1) & (tags < num_labels)
+    return _checked_labels(
+        tags,
+        tf.reduce_all(valid, axis=1),
+        "labels in [0, K) per example, with -1 only as padding at the end",
+    )
+
+
+def _checked_heads(heads: tf.Tensor, single_root: bool) -> tf.Tensor:
+    """``(batch, n + 1)`` head vectors checked to be trees (as ``DependencyTreeStructure.validate_codes``)."""
+    size = tf.shape(heads)[1]
+    words = tf.minimum(_lengths_from_codes(heads), size - 1)[:, None]
+    position = tf.range(size)[None, :]
+    is_word = (position >= 1) & (position <= words)
+    valid = tf.where(is_word, (heads >= 0) & (heads <= words) & (heads != position), heads == -1)
+    # Pointer doubling: after k steps every position points at its 2^k-th ancestor
+    # (the root and padding point at 0), so words off a cycle end at the root.
+    ancestors = tf.where(valid, tf.maximum(heads, 0), 0)
+    _, ancestors = tf.while_loop(
+        lambda reach, _: reach < size,
+        lambda reach, ancestors: (2 * reach, tf.gather(ancestors, ancestors, batch_dims=1)),
+        (1, ancestors),
+    )
+    trees = tf.reduce_all(valid & (ancestors == 0), axis=1)
+    expected = (
+        "head vectors: -1 at the root (position 0) and past the last word, and for every "
+        "word the root (0) or another word, with no cycle"
+    )
+    if single_root:
+        trees &= tf.reduce_sum(tf.cast(heads == 0, tf.int32), axis=1) == tf.minimum(words[:, 0], 1)
+        expected += " and exactly one word attached to the root"
+    return _checked_labels(heads, trees, expected)
+
+
 @keras.saving.register_keras_serializable(package="keras_structured")
 class LinearChainCRFLoss(keras.losses.Loss):
     """Linear-chain CRF loss: the negative log-likelihood ``log Z(eta) - <eta, a>``.
@@ -384,6 +463,7 @@ class LinearChainCRFLoss(keras.losses.Loss):
         unary, pairwise = unpack_sequence_scores(tf.cast(scores, compute_dtype(scores)))
         tags = _labels(y_true)
         _check_labels(tags, unary.shape[1], scores)
+        tags = _checked_tags(tags, tf.shape(unary)[-1])
         lengths = _lengths_from_codes(tags)
         gold_m = tf.one_hot(tags, tf.shape(unary)[-1], dtype=unary.dtype)
         gold_n = gold_m[:, :-1, :, None] * gold_m[:, 1:, None, :]
@@ -428,6 +508,7 @@ class TreeCRFLoss(keras.losses.Loss):
         scores = tf.cast(scores, compute_dtype(scores))
         heads = _labels(y_true)
         _check_labels(heads, scores.shape[-1], scores)
+        heads = _checked_heads(heads, self.single_root)
         gold = tf.linalg.matrix_transpose(tf.one_hot(heads, tf.shape(scores)[-1], dtype=scores.dtype))
         log_z = tree_crf_log_partition(scores, _lengths_from_codes(heads), single_root=self.single_root)
         return tf.maximum(log_z - _inner(scores, gold), 0.0)

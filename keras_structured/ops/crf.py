@@ -24,6 +24,30 @@ from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 
 
+def _checked_lengths(lengths, scores: tf.Tensor, size) -> tf.Tensor:
+    """``(batch,)`` int32 lengths (default ``size``), checked at run time to be in ``[0, size]``.
+
+    The range the SparseMAP structures' ``validate_lengths`` accept: 0 is an empty
+    example. The check is an assertion, so it also runs in graph mode (XLA drops it).
+    """
+    if lengths is None:
+        return tf.fill(tf.shape(scores)[:1], size)
+    lengths = tf.convert_to_tensor(lengths)
+    if not lengths.shape.is_compatible_with(scores.shape[:1]):
+        raise ValueError(
+            f"lengths must have shape (batch,) for scores of shape {scores.shape}. "
+            f"Received: lengths.shape={lengths.shape}"
+        )
+    lengths = tf.cast(lengths, tf.int32)
+    message = "lengths must be in [0, n], n the number of positions (words for trees)."
+    checks = [
+        tf.debugging.assert_non_negative(lengths, message=message),
+        tf.debugging.assert_less_equal(lengths, size, message=message),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(lengths)
+
+
 def _chain_inputs(unary, transitions, start, end, lengths):
     """Validated ``(unary, pairwise (batch, n - 1, K, K), start, end, lengths)`` in a common dtype."""
     unary = tf.convert_to_tensor(unary)
@@ -55,9 +79,7 @@ def _chain_inputs(unary, transitions, start, end, lengths):
                 f"Received: {name}.shape={scores.shape}"
             )
         boundary.append(tf.broadcast_to(scores, [batch, num_labels]))
-    n = tf.shape(unary)[1]
-    lengths = tf.fill([batch], n) if lengths is None else tf.cast(lengths, tf.int32)
-    return unary, pairwise, boundary[0], boundary[1], lengths
+    return unary, pairwise, boundary[0], boundary[1], _checked_lengths(lengths, unary, tf.shape(unary)[1])
 
 
 def _forward(unary, pairwise, start, end, lengths):
@@ -96,11 +118,15 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
         start: optional ``(K,)`` or ``(batch, K)`` scores of the first label.
         end: optional ``(K,)`` or ``(batch, K)`` scores of the last label (at
             position ``L - 1``).
-        lengths: optional ``(batch,)`` integer lengths ``<= n``; positions past
-            them are padding and get zero marginals.
+        lengths: optional ``(batch,)`` integer lengths in ``[0, n]``; positions
+            past them are padding and get zero marginals.
 
     Returns:
         ``(batch,)`` log-partition values (float32 for half-precision inputs).
+
+    Raises:
+        ValueError: at trace time, for shapes that do not fit.
+        tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
 
     Example:
         >>> # Zero scores: log Z = log(number of sequences) = log(2 ** 3).
@@ -146,10 +172,7 @@ def _tree_inputs(scores, lengths):
             f"Received: scores.shape={scores.shape}"
         )
     scores = tf.cast(scores, compute_dtype(scores))
-    shape = tf.shape(scores)
-    num_words = shape[1] - 1
-    lengths = tf.fill([shape[0]], num_words) if lengths is None else tf.cast(lengths, tf.int32)
-    return scores, lengths
+    return scores, _checked_lengths(lengths, scores, tf.shape(scores)[1] - 1)
 
 
 def _tree_log_partition(scores, lengths, single_root):
@@ -221,12 +244,16 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
         scores: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``; index 0 is
             the root. Arcs into the root (column 0) and the diagonal are ignored;
             ``-inf`` forbids an arc.
-        lengths: optional ``(batch,)`` numbers of words ``<= n``; words past them are
-            padding.
+        lengths: optional ``(batch,)`` numbers of words in ``[0, n]``; words past
+            them are padding.
         single_root: count only trees with a single word attached to the root.
 
     Returns:
         ``(batch,)`` log-partition values (float32 for half-precision inputs).
+
+    Raises:
+        ValueError: at trace time, for shapes that do not fit.
+        tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
 
     Example:
         >>> # Two words with zero scores: 3 multi-root trees, 2 single-root ones.

@@ -7,14 +7,7 @@ import tensorflow as tf
 
 from keras_structured.engine import Structure
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
-from keras_structured.ops.sparsemap_op import prepare_scores, raising_invalid_scores
-
-
-def _code_shape(structure: Structure, u_shape: tuple, v_shape: tuple) -> tuple | None:
-    """Per-example code shape, from one MAP call on zero scores; None unless the score shapes are static."""
-    if None in u_shape or None in v_shape:
-        return None
-    return structure.map(np.zeros((1,) + u_shape), np.zeros((1,) + v_shape)).shape[1:]
+from keras_structured.ops.sparsemap_op import code_shape, prepare_scores, raising_invalid_scores
 
 
 def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
@@ -62,6 +55,10 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
 
     def decode(values_u, values_v, sizes=None):
         batch = values_u.shape[0]
+        if batch == 0:  # an empty shard of a distributed batch
+            shape = code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+            empty_codes = np.zeros((0,) + shape, dtype=structure.code_dtype)
+            return empty_codes, values_u.astype(np_dtype), values_v.astype(np_dtype)
         flat_u, flat_v = values_u.reshape(batch, -1), values_v.reshape(batch, -1)
         mass = finite_mass(flat_u, flat_v)
         flat_u, forbidden_u = replace_forbidden("eta_u", flat_u, mass)
@@ -81,9 +78,9 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         stateful=False,
         name="map_decode",
     )
-    code_shape = _code_shape(structure, u_shape, v_shape)
-    if code_shape is not None:
-        codes.set_shape((eta_u.shape[0],) + code_shape)
+    static_code_shape = code_shape(structure, u_shape, v_shape)
+    if static_code_shape is not None:
+        codes.set_shape((eta_u.shape[0],) + static_code_shape)
     m.set_shape(eta_u.shape)
     n.set_shape(scores_v.shape)
     return codes, tf.cast(m, eta_u.dtype), tf.cast(n, eta_u.dtype)

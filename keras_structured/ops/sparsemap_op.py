@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_structured.engine import SequenceStructure, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
-from keras_structured.engine.solve import METHODS
+from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
 from keras_structured.ops.dtypes import compute_dtype
 
 
@@ -52,11 +52,25 @@ def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple
     return product(x_u, x_v)
 
 
-def _pad_codes(structures, weights, np_dtype, code_dtype):
-    """Stack per-example structure codes and weights, padded with -1 and 0."""
-    k = max(len(w) for w in weights)
-    code_shape = structures[0].shape[1:]
-    codes = np.full((len(weights), k) + code_shape, -1, dtype=code_dtype)
+def flatten_examples(x: tf.Tensor) -> tf.Tensor:
+    """``x`` as ``(batch, size)``, also for an empty batch (where ``-1`` cannot be inferred)."""
+    shape = tf.shape(x)
+    return tf.reshape(x, tf.stack([shape[0], tf.reduce_prod(shape[1:])]))
+
+
+def code_shape(structure: Structure, u_shape: tuple, v_shape: tuple) -> tuple | None:
+    """Per-example code shape, from one MAP call on zero scores; None unless the score
+    shapes are static."""
+    if None in u_shape or None in v_shape:
+        return None
+    return structure.map(np.zeros((1,) + tuple(u_shape)), np.zeros((1,) + tuple(v_shape))).shape[1:]
+
+
+def _pad_codes(structures, weights, shape, np_dtype, code_dtype):
+    """Stack per-example structure codes (each of per-structure ``shape``) and weights,
+    padded with -1 and 0."""
+    k = max((len(w) for w in weights), default=0)
+    codes = np.full((len(weights), k) + tuple(shape), -1, dtype=code_dtype)
     padded = np.zeros((len(weights), k), dtype=np_dtype)
     for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
         codes[b, : len(w)], padded[b, : len(w)] = s, w
@@ -73,8 +87,11 @@ class InvalidScoresError(tf.errors.InvalidArgumentError, ValueError):
     anyway, saves a chain of graph ops per call.
     """
 
-    def __init__(self, message: str):
-        super().__init__(None, None, message)
+    def __init__(self, *args):
+        # ``InvalidScoresError(message)``, or TensorFlow's ``(node_def, op, message, ...)``
+        # with which Keras re-raises op errors, its layer's name added to the message.
+        node_def, op, message = (None, None, *args) if len(args) == 1 else args[:3]
+        super().__init__(node_def, op, message)
 
 
 def raising_invalid_scores(function):
@@ -138,7 +155,8 @@ def sparsemap(
     lengths=None,
     method: str = "active_set",
     tol: float = 1e-6,
-    max_iter: int = 100,
+    max_iter: int = DEFAULT_MAX_ITER,
+    exact_jacobian: bool = True,
     return_info: bool = False,
 ):
     """Batched SparseMAP with a closed-form gradient.
@@ -156,6 +174,12 @@ def sparsemap(
             :func:`keras_structured.engine.solve`.
         tol: relative Wolfe-gap tolerance.
         max_iter: maximum MAP calls after the warm start.
+        exact_jacobian: (active set) run the solver on past ``tol`` to its finite
+            termination, so that the gradient is the exact Jacobian product (the
+            default); False stops at ``tol``, a few MAP calls cheaper, with a
+            gradient built from a possibly incomplete support (see
+            :func:`keras_structured.engine.solve`). Frank-Wolfe gradients are
+            always approximate.
         return_info: also return a dict with ``weights`` ``(batch, k)``,
             ``structures`` (codes, padded with -1), ``gap``, ``map_calls`` and
             ``converged``; it carries no gradient.
@@ -186,7 +210,14 @@ def sparsemap(
 
     def forward(values_u, values_v, sizes=None):
         solution = solve(
-            structure, values_u, values_v, lengths=sizes, method=method, tol=tol, max_iter=max_iter
+            structure,
+            values_u,
+            values_v,
+            lengths=sizes,
+            method=method,
+            tol=tol,
+            max_iter=max_iter,
+            exact_jacobian=exact_jacobian,
         )
         support = solution.support
         outputs = (
@@ -200,7 +231,10 @@ def sparsemap(
         )
         if not return_info:  # every output costs a conversion to a tensor
             return outputs
-        codes, weights = _pad_codes(solution.structures, solution.weights, np_dtype, structure.code_dtype)
+        shape = code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+        codes, weights = _pad_codes(
+            solution.structures, solution.weights, shape, np_dtype, structure.code_dtype
+        )
         return outputs + (
             weights,
             codes,
@@ -227,10 +261,7 @@ def sparsemap(
         def grad(grad_u, grad_v):
             grad_u = tf.zeros_like(u) if grad_u is None else grad_u
             grad_v = tf.zeros_like(v) if grad_v is None else grad_v
-            batch = tf.shape(u)[0]
-            j_u, j_v = _jacobian_product(
-                support, tf.reshape(grad_u, [batch, -1]), tf.reshape(grad_v, [batch, -1])
-            )
+            j_u, j_v = _jacobian_product(support, flatten_examples(grad_u), flatten_examples(grad_v))
             return tf.reshape(j_u, tf.shape(values_u)), tf.reshape(j_v, tf.shape(values_v))
 
         return (tf.identity(u), tf.identity(v)), grad

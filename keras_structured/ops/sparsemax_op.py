@@ -24,13 +24,28 @@ def _normalize_axis(axis: int, rank: int) -> int:
 
 @tf.custom_gradient
 def _sparsemax_last_axis(logits: tf.Tensor, mask: tf.Tensor):
-    top = tf.reduce_max(tf.where(mask, logits, logits.dtype.min), axis=-1, keepdims=True)
-    shifted = tf.where(mask, logits - top, tf.cast(_MASKED_OFFSET, logits.dtype))
+    top = tf.reduce_max(tf.where(mask, logits, -float("inf")), axis=-1, keepdims=True)
+    finite_top = tf.math.is_finite(top)  # False for +inf, NaN, all -inf, and fully masked slices
+    shifted = tf.where(mask, logits - tf.where(finite_top, top, 0.0), tf.cast(_MASKED_OFFSET, logits.dtype))
     ordered = tf.sort(shifted, axis=-1, direction="DESCENDING")
     cumulative = tf.cumsum(ordered, axis=-1)
+    # With a finite maximum the shifted logits are <= 0 or -inf, so their sum is NaN
+    # exactly when one of them is (a NaN logit that reduce_max skipped).
+    has_entries = tf.reduce_any(mask, axis=-1, keepdims=True)
+    invalid = (has_entries & ~finite_top) | tf.math.is_nan(cumulative[..., -1:])
+    check = tf.debugging.Assert(
+        ~tf.reduce_any(invalid) & (tf.shape(logits)[-1] > 0),
+        [
+            "sparsemax logits must not be NaN or +inf, and every slice along the class axis needs "
+            "an unmasked logit that is not -inf (or no unmasked logit at all). Received: logits "
+            "with this many invalid slices:",
+            tf.reduce_sum(tf.cast(invalid, tf.int32)),
+        ],
+    )
     ranks = tf.range(1, tf.shape(logits)[-1] + 1, dtype=logits.dtype)
     in_support = 1.0 + ranks * ordered > cumulative
-    size = tf.reduce_sum(tf.cast(in_support, tf.int32), axis=-1, keepdims=True)
+    with tf.control_dependencies([check]):  # an invalid slice has an empty support: no index to gather
+        size = tf.reduce_sum(tf.cast(in_support, tf.int32), axis=-1, keepdims=True)
     tau = tf.gather(cumulative, size - 1, batch_dims=len(logits.shape) - 1) - 1.0
     tau = tau / tf.cast(size, logits.dtype)
     probs = tf.where(mask, tf.maximum(shifted - tau, 0.0), tf.zeros_like(logits))
@@ -48,7 +63,8 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
     """Sparsemax over ``axis``: ``argmin_{p in simplex} ||p - logits||^2``.
 
     Exact (sort-based), finite for any finite input (shift-invariant: the maximum
-    is subtracted first), with a closed-form gradient.
+    is subtracted first), with a closed-form gradient. A ``-inf`` logit gets
+    probability 0, like a masked one.
 
     Args:
         logits: floating-point scores of any rank >= 1. float16/bfloat16 are
@@ -61,6 +77,12 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
     Returns:
         Probabilities with the shape and dtype of ``logits``.
 
+    Raises:
+        ValueError: at trace time, for an empty class axis or a bad ``axis``.
+        tf.errors.InvalidArgumentError: at run time, for NaN or ``+inf`` logits, or a
+            slice whose unmasked logits are all ``-inf`` (as SparseMAP rejects scores
+            that rule out every structure).
+
     Example:
         >>> sparsemax([[1.0, 0.5, -1.0]]).numpy()
         array([[0.75, 0.25, 0.  ]], dtype=float32)
@@ -71,6 +93,10 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
     if rank is None or rank < 1:
         raise ValueError(f"sparsemax needs a tensor of rank >= 1. Received: logits.shape={logits.shape}")
     axis = _normalize_axis(axis, rank)
+    if logits.shape[axis] == 0:
+        raise ValueError(
+            f"sparsemax needs at least one class along axis {axis}. Received: logits.shape={logits.shape}"
+        )
     z = tf.cast(logits, dtype)
     if mask is None:
         mask = tf.ones_like(z, dtype=tf.bool)

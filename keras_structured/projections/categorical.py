@@ -22,8 +22,23 @@ def entropy(probs: tf.Tensor) -> tf.Tensor:
 
 
 def kl_divergence(p: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
-    """``KL(p || q) = sum p (log p - log q)`` over the last axis."""
-    return tf.reduce_sum(tf.math.xlogy(p, p) - tf.math.xlogy(p, q), axis=-1)
+    """``KL(p || q) = sum p (log p - log q)`` over the last axis, ``0 log 0 = 0``.
+
+    It is ``+inf`` on rows where some ``p_i > 0 = q_i`` (e.g. a one-hot ``q``, or the
+    softmax of logits whose gap underflows ``exp``: about 104 in float32, 745 in
+    float64). There the gradient is zero, not NaN: ``log q_i`` is evaluated at a safe
+    ``q_i = 1`` and the row's value then replaced by ``+inf`` (double ``tf.where``), so
+    both branches have finite gradients and one such row leaves the others' intact.
+
+    Example:
+        >>> p, q = tf.constant([[0.5, 0.5], [0.5, 0.5]]), tf.constant([[1.0, 0.0], [0.5, 0.5]])
+        >>> kl_divergence(p, q).numpy()
+        array([inf,  0.], dtype=float32)
+    """
+    outside = (p > 0) & (q <= 0)  # log q_i = -inf with a positive weight
+    safe_q = tf.where(outside, tf.ones_like(q), q)
+    divergence = tf.reduce_sum(tf.math.xlogy(p, p) - tf.math.xlogy(p, safe_q), axis=-1)
+    return tf.where(tf.reduce_any(outside, axis=-1), tf.constant(np.inf, p.dtype), divergence)
 
 
 class _Categorical(Constraint):
@@ -82,6 +97,9 @@ class KLTrustRegion(_Categorical):
     """``KL(p || q) <= epsilon`` with ``q`` the ``reference``; anchor: ``q`` (``h = -epsilon``).
 
     With ``reverse=True`` the constraint is ``KL(q || p) <= epsilon`` (also convex in ``p``).
+
+    Where the KL is infinite (``q_i = 0 < p_i``, or ``p_i = 0 < q_i`` for ``reverse``)
+    ``eta = 0`` and the output is ``q``, with finite gradients (see :func:`kl_divergence`).
 
     Args:
         epsilon: positive trust-region size (nats).

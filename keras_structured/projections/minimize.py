@@ -58,7 +58,7 @@ def _setup(constraint: Constraint, x_init, anchor):
         x0 = constraint.anchor(prepared)
     else:
         x0 = tf.broadcast_to(tf.cast(tf.convert_to_tensor(anchor), dtype), tf.shape(prepared))
-    constraint.check_anchor(x0)
+    constraint.check_anchor(x0, strict=True)  # no round-off slack: |h(x0)| is the scale
     scale = -constraint.h(x0)  # (batch,), > 0: h / scale has h(x0) = -1
     return x, x0, scale, unbatched
 
