@@ -8,6 +8,11 @@ the chosen direction ``d`` with the exact line-search step
     gamma = clip(<grad, d> / ||d_u||^2, 0, gamma_max),
 
 which maximises the concave quadratic objective along ``d``.
+
+Their Jacobian is approximate: it is built, as the active set's, from the final
+support, but Frank-Wolfe supports keep structures of vanishing weight and may miss
+ones of small weight (and may be affinely dependent: the pseudo-inverse then gives
+the minimum-norm generalized Jacobian). Use the active set for exact gradients.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ VARIANTS = ("vanilla", "away", "pairwise")
 
 
 class FrankWolfeSolver(SupportState):
-    """One SparseMAP problem solved by a Frank-Wolfe variant.
+    """One SparseMAP problem solved by a Frank-Wolfe variant (approximate Jacobian, see
+    the module docstring).
 
     Args:
         variant: ``"vanilla"``, ``"away"`` (away steps) or ``"pairwise"``.

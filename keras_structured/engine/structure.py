@@ -125,7 +125,7 @@ class Structure(abc.ABC):
             lengths: optional per-example sizes, as given to :meth:`indicators`.
             name: the codes' argument name, for error messages (``"y_true"`` in losses).
         """
-        finite = np.isfinite(codes.reshape(len(codes), -1)).all(axis=1)
+        finite = np.isfinite(codes).all(axis=tuple(range(1, codes.ndim)))
         raise_for_invalid_codes(~finite, codes, name, "finite values")
 
     def get_config(self) -> dict:
