@@ -107,6 +107,9 @@ def run_solver(
             method=method,
             tol=tol,
             max_iter=max_iter,
+            # Every solver stops at the target gap: the active set's run on to the exact
+            # support (the default) would be extra work the others do not do.
+            exact_jacobian=False,
             record_history=record_history,
             compiled=compiled,
         )

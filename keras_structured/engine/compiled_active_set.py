@@ -39,6 +39,8 @@ _RESIDUAL_TOL = 1e-9
 ROUNDING_GAP = 1e-14
 # Steps of iterative refinement before the exact termination is decided.
 _REFINEMENTS = 2
+# KKT residual (relative to the scores) of a point whose gaps are exact to rounding.
+_ROUNDING_RESIDUAL = 1e-13
 # Iterations between two KKT residual checks (one also comes before convergence).
 _CHECK_EVERY = 8
 # Odd multiplier of the code hash.
@@ -263,13 +265,13 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
 # inlines them into the kernel, which saves two atomic reference-count updates per array
 # and call (8% of the bookkeeping on trees) for about 2 s more compilation per structure.
 @nb.njit(cache=True, nogil=True, inline="always")
-def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work):
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, schur, score, scratch, work):
     """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
-    parts the caller stores, given ``work[0] = [1; M_I m]``; affinely dependent active
-    structures are pivoted out."""
+    parts the caller stores, given ``work[0] = [1; M_I m]`` and its :func:`_schur`
+    complement ``schur`` (with ``work[1] = w``); affinely dependent active structures
+    are pivoted out."""
     border, w, column, solution = work[0], work[1], work[2], work[4]  # column: scaled w at the end
     weight = 0.0
-    schur = _schur(kinv, k, m_squared, border, w)
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = -1, np.inf
         for i in range(k):
@@ -321,18 +323,22 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
     """One step of iterative refinement of ``work[4] = (tau, y_hat) = K^{-1} [1; theta]``:
     add ``K^{-1}`` times the KKT residual, computed from the sparse rows. A few steps
     bring the residual down to rounding error even after the incremental inverse drifted,
-    so that the gaps computed next are exact to rounding. ``u`` is scratch."""
+    so that the gaps computed next are exact to rounding. ``u`` is scratch. Returns the
+    largest residual before the step, relative to the scores."""
     products, residual, delta, solution = work[0], work[2], work[3], work[4]
     _combine(Mi, Mv, Mw, slots, solution[1:], k, u)
     _row_dots(Mi, Mv, Mw, slots, k, u, products)
     residual[0] = 1.0 - np.sum(solution[1 : k + 1])
+    worst, scale = abs(residual[0]), 1.0
     for i in range(k):
         residual[i + 1] = theta[i] - solution[0] - products[i]
+        worst, scale = max(worst, abs(residual[i + 1])), max(scale, abs(theta[i]))
     for i in range(k + 1):
         delta[i] = 0.0
     _accumulate(kinv, k + 1, 0, residual, delta)
     for i in range(k + 1):
         solution[i] += delta[i]
+    return worst / scale
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
@@ -532,18 +538,24 @@ def _solve_one(
                 _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
-            if exact and status == TOL_REACHED:
-                # In the active set's affine hull: it adds nothing to the Jacobian.
-                tied = _schur(kinv, k, m_squared, border, work[1]) <= _AFFINE_TOL * max(1.0, m_squared)
+            schur = _schur(kinv, k, m_squared, border, work[1])
+            # In the active set's affine hull: it adds nothing to the Jacobian.
+            tied = exact and status == TOL_REACHED and schur <= _AFFINE_TOL * max(1.0, m_squared)
         # Terminated: within the tolerance, or (exact) no structure outside the support's
         # affine hull improves.
         if gap <= finish_tol * scale or (status == TOL_REACHED and (active or tied)):
             if exact and not refined:
-                # Decide on gaps that are exact to rounding: refine the point, ask again.
-                for _ in range(_REFINEMENTS):
+                # Decide on gaps that are exact to rounding: refine the point and, unless
+                # it was already exact to rounding, ask the oracle again.
+                accurate = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) <= _ROUNDING_RESIDUAL
+                for _ in range(_REFINEMENTS - 1):
                     _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+                size = k
                 k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, False)
                 refined = True
+                if accurate and k == size:
+                    status = CONVERGED
+                    break
                 continue
             if checked or _kkt_residual(Mi, Mv, Mw, slots, u, work[4][0], theta, k, work[0]) == 0.0:
                 status = CONVERGED
@@ -560,7 +572,7 @@ def _solve_one(
                 break
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
         else:
-            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, score, scratch, work)
+            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, schur, score, scratch, work)
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
