@@ -13,9 +13,8 @@ piece boundary, where the Jacobian jumps and no single answer is right:
   rounding of the KKT solve: a change of the scores at the rounding level takes it
   out of the support, so in double precision the scores sit on a piece boundary.
 
-At most two instances in twelve may be excluded. Trees of 30 and 50 words have two
-such weights in twelve; the only instance of all these whose Jacobian is off (by
-0.27, a tree of 50 words) is one of them.
+At most two instances in twelve may be excluded (trees of 30 words have two such
+weights in twelve, and their Jacobians are right all the same).
 """
 
 import numpy as np
@@ -41,8 +40,9 @@ CASES = {
     "tree50": pytest.param(
         (DependencyTreeStructure(), (51, 51), None),
         marks=pytest.mark.xfail(
-            reason="open: 2 of 12 trees of 50 words stop on a support missing structures whose gaps "
-            "are at the rounding level of the KKT solve (Jacobian errors 3e-4 and 0.13)",
+            reason="open: on 1 of 12 trees of 50 words the support's KKT matrix has condition number "
+            "8e12, the refined point is off by 1e-10, and termination misses a structure (gap 2e-9): "
+            "Jacobian error 0.13",
             strict=True,
         ),
     ),
