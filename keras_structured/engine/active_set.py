@@ -26,6 +26,12 @@ _AFFINE_TOL = 1e-10
 _RESIDUAL_TOL = 1e-9
 
 
+def _affinely_dependent(schur: float, m: np.ndarray) -> bool:
+    """Whether ``m``, with Schur complement ``schur`` against the active set, lies in the
+    active structures' affine hull (up to ``_AFFINE_TOL``)."""
+    return schur <= _AFFINE_TOL * max(1.0, m @ m)
+
+
 class ActiveSetSolver(SupportState):
     """One SparseMAP problem solved by the active-set method; see the module docstring.
 
@@ -50,26 +56,22 @@ class ActiveSetSolver(SupportState):
 
     def step(self, m: np.ndarray, n: np.ndarray, code: np.ndarray) -> None:
         """Take the MAP structure at the current point; add it unless converged."""
-        if not self.exact:
-            if self.check_gap(m, n):
-                return
-            active = self.index_of(code) is not None
-        else:
-            finished = self.check_gap(m, n, min(self.tol, ROUNDING_GAP))
+        finished = self.check_gap(m, n, min(self.tol, ROUNDING_GAP) if self.exact else self.tol)
+        active = self.index_of(code) is not None
+        if self.exact and not finished:
             self._tol_reached = self._tol_reached or self.gap_within(self.tol)
-            active = self.index_of(code) is not None
             # Terminated: the MAP structure adds nothing to the support's affine hull.
-            finished = finished or (
-                self._tol_reached and (active or self._border(m)[1] <= _AFFINE_TOL * max(1.0, m @ m))
-            )
-            self.done = self.converged = finished and self._refined
-            if finished and not self._refined:
-                # Decide on gaps exact to rounding: rebuild the factorization, ask again.
-                self._refactor()
-                self._solve_relaxed()
-                self._refined = True
-            if finished:
-                return
+            finished = self._tol_reached and (active or _affinely_dependent(self._border(m)[1], m))
+        if self.exact and finished and not self._refined:
+            # Decide on gaps exact to rounding: rebuild the factorization, ask again.
+            self.done = self.converged = False
+            self._refactor()
+            self._solve_relaxed()
+            self._refined = True
+            return
+        if finished:
+            self.done = self.converged = True
+            return
         if active:
             # An active structure cannot have a positive gap in exact arithmetic:
             # rebuild the factorization once, then give up (reported as not converged).
@@ -93,7 +95,7 @@ class ActiveSetSolver(SupportState):
     def _enter(self, m, n, code) -> None:
         weight = 0.0
         w, schur = self._border(m)
-        while schur <= _AFFINE_TOL * max(1.0, m @ m):
+        while _affinely_dependent(schur, m):
             # m = M_I^T alpha with sum(alpha) = 1: moving weight along e_s - alpha keeps
             # u fixed; move until the first active structure hits zero and leaves.
             alpha = w[1:]

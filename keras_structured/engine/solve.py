@@ -118,9 +118,10 @@ def solve(
         tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``.
         max_iter: maximum number of MAP calls after the warm start.
         exact_jacobian: (active set) once the gap is within ``tol``, go on to the
-            active set's finite termination: the MAP structure is already active,
-            or the gap is rounding error. The support is then the exact solution's
-            and so is the Jacobian. False stops at ``tol``: a few MAP calls fewer
+            active set's finite termination: the MAP structure adds nothing to the
+            support (it is active or in the affine hull of the active structures),
+            or its gap is rounding error. The support then spans the solution's face
+            and the Jacobian is exact. False stops at ``tol``: a few MAP calls fewer
             (about 15% on trees), but the Jacobian is built from a support that may
             miss structures of small weight, and its products can be off by tens of
             percent. The Frank-Wolfe methods ignore it: their supports are

@@ -231,7 +231,11 @@ def sparsemap(
         )
         if not return_info:  # every output costs a conversion to a tensor
             return outputs
-        shape = code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+        shape = (  # one MAP call on zero scores only for an empty batch
+            solution.structures[0].shape[1:]
+            if solution.structures
+            else code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+        )
         codes, weights = _pad_codes(
             solution.structures, solution.weights, shape, np_dtype, structure.code_dtype
         )
