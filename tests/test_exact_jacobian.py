@@ -37,15 +37,7 @@ BOUNDARY_WEIGHT = 1e-12
 CASES = {
     "tree10": (DependencyTreeStructure(), (11, 11), None),
     "tree30": (DependencyTreeStructure(), (31, 31), None),
-    "tree50": pytest.param(
-        (DependencyTreeStructure(), (51, 51), None),
-        marks=pytest.mark.xfail(
-            reason="open: on 1 of 12 trees of 50 words the support's KKT matrix has condition number "
-            "8e12, the refined point is off by 1e-10, and termination misses a structure (gap 2e-9): "
-            "Jacobian error 0.13",
-            strict=True,
-        ),
-    ),
+    "tree50": (DependencyTreeStructure(), (51, 51), None),
     "tree30-single-root": (DependencyTreeStructure(single_root=True), (31, 31), None),
     "sequence30x20": (SequenceStructure(), (30, 20), (29, 20, 20)),
     "matching20x20": (MatchingStructure(), (20, 20), None),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_structured.engine.compiled_active_set import ROUNDING_GAP
+from keras_structured.engine.compiled_active_set import REFINEMENTS, ROUNDING_GAP
 from keras_structured.engine.support import SupportState
 
 # Squared distance (relative to ||m||^2) below which a new unary vector counts as
@@ -88,9 +88,18 @@ class ActiveSetSolver(SupportState):
         return self.kkt_inverse[1:, 1:]
 
     def _border(self, m):
+        """``w = K^{-1} [1; M_I m]`` and the Schur complement of ``m``, measured directly
+        (with refined ``w``) near the affine hull, as in ``compiled_active_set._hull_distance``."""
         border = np.concatenate([[1.0], self.M @ m])
         w = self.kkt_inverse @ border
-        return w, float(m @ m - border @ w)
+        schur = float(m @ m - border @ w)
+        if not _affinely_dependent(schur, m):
+            return w, schur
+        for _ in range(REFINEMENTS):
+            residual = m - w[1:] @ self.M
+            w = w + self.kkt_inverse @ np.concatenate([[1.0 - w[1:].sum()], self.M @ residual - w[0]])
+        residual = m - w[1:] @ self.M
+        return w, float(residual @ residual)
 
     def _enter(self, m, n, code) -> None:
         weight = 0.0

@@ -39,7 +39,7 @@ _RESIDUAL_TOL = 1e-9
 # of missing structures fall to 1e-13 relative on trees of 50 words).
 ROUNDING_GAP = 4 * np.finfo(np.float64).eps
 # Steps of iterative refinement before the exact termination is decided.
-_REFINEMENTS = 2
+REFINEMENTS = 2
 # KKT residual (relative to the scores) of a point whose gaps are exact to rounding.
 _ROUNDING_RESIDUAL = 1e-13
 # Iterations between two KKT residual checks (one also comes before convergence).
@@ -198,6 +198,61 @@ def _schur(kinv, k, m_squared, border, w):
 
 
 @nb.njit(cache=True, nogil=True)
+def _hull_distance(Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, w, dense, work):
+    """The Schur complement of the sparse unary vector ``m`` measured directly, for when
+    :func:`_schur` falls below the affine-hull threshold: ``||m - M_I^T c||^2`` with the
+    affine coefficients ``c = w[1:]`` after ``REFINEMENTS`` steps of iterative refinement
+    of ``w = K^{-1} [1; M_I m]``. The normal equations lose a small distance to rounding
+    (their error grows with the condition number of ``K``, 1e12 on some trees of 50
+    words), while the residual's error is second order in that of ``c``. ``dense`` (size
+    of the unary part, zero) is scratch and is zero again on return; ``work[2]`` and
+    ``work[3]`` are scratch."""
+    residual, delta = work[2], work[3]
+    for step in range(REFINEMENTS + 1):
+        # dense = m - M_I^T c
+        for j in range(count_u):
+            dense[m_indices[j]] += m_values[j]
+        for i in range(k):
+            row = slots[i]
+            for j in range(Mw[row]):
+                dense[Mi[row, j]] -= w[i + 1] * Mv[row, j]
+        if step == REFINEMENTS:
+            break
+        # KKT residual [1 - sum(c); M_I (m - M_I^T c) - tau], and w += K^{-1} residual.
+        _row_dots(Mi, Mv, Mw, slots, k, dense, residual[1:])
+        residual[0] = 1.0 - np.sum(w[1 : k + 1])
+        for i in range(k):
+            residual[i + 1] -= w[0]
+        for i in range(k + 1):
+            delta[i] = 0.0
+        _accumulate(kinv, k + 1, 0, residual, delta)
+        for i in range(k + 1):
+            w[i] += delta[i]
+        _clear(Mi, Mw, slots, k, m_indices, count_u, dense)
+    schur = 0.0
+    for j in range(count_u):
+        schur += dense[m_indices[j]] ** 2
+        dense[m_indices[j]] = 0.0
+    for i in range(k):
+        row = slots[i]
+        for j in range(Mw[row]):
+            schur += dense[Mi[row, j]] ** 2
+            dense[Mi[row, j]] = 0.0
+    return schur
+
+
+@nb.njit(cache=True, nogil=True)
+def _clear(Mi, Mw, slots, k, m_indices, count_u, dense):
+    """Zero the entries of ``dense`` that ``m`` or an active row touches."""
+    for j in range(count_u):
+        dense[m_indices[j]] = 0.0
+    for i in range(k):
+        row = slots[i]
+        for j in range(Mw[row]):
+            dense[Mi[row, j]] = 0.0
+
+
+@nb.njit(cache=True, nogil=True)
 def _solution(kinv, k, theta, solution):
     """``solution = K^{-1} [1; theta] = (tau, y_hat)`` from scratch."""
     for i in range(k + 1):
@@ -266,13 +321,13 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
 # inlines them into the kernel, which saves two atomic reference-count updates per array
 # and call (8% of the bookkeeping on trees) for about 2 s more compilation per structure.
 @nb.njit(cache=True, nogil=True, inline="always")
-def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, schur, score, scratch, work):
+def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, schur, score, scratch, work):
     """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
     parts the caller stores, given ``work[0] = [1; M_I m]`` and its :func:`_schur`
-    complement ``schur`` (with ``work[1] = w``); affinely dependent active structures
-    are pivoted out."""
+    complement ``schur`` (:func:`_hull_distance` near the hull; with ``work[1] = w``); affinely
+    dependent active structures are pivoted out."""
     border, w, column, solution = work[0], work[1], work[2], work[4]  # column: scaled w at the end
-    weight = 0.0
+    weight, m_squared = 0.0, _dot(m_values[:count_u], m_values[:count_u])
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = -1, np.inf
         for i in range(k):
@@ -287,6 +342,8 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, schur, score, scratc
         for a in range(leave + 1, k + 1):
             border[a] = border[a + 1]
         schur = _schur(kinv, k, m_squared, border, w)
+        if schur <= _AFFINE_TOL * max(1.0, m_squared):
+            schur = _hull_distance(Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, w, scratch, work)
     for a in range(k + 1):
         column[a] = w[a] / schur
     for b in range(k + 1):
@@ -540,6 +597,10 @@ def _solve_one(
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
             schur = _schur(kinv, k, m_squared, border, work[1])
+            if schur <= _AFFINE_TOL * max(1.0, m_squared):
+                schur = _hull_distance(
+                    Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, work[1], m, work
+                )
             # In the active set's affine hull: it adds nothing to the Jacobian.
             tied = exact and status == TOL_REACHED and schur <= _AFFINE_TOL * max(1.0, m_squared)
         # Terminated: within the tolerance, or (exact) no structure outside the support's
@@ -549,7 +610,7 @@ def _solve_one(
                 # Decide on gaps that are exact to rounding: refine the point and, unless
                 # it was already exact to rounding, ask the oracle again.
                 accurate = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) <= _ROUNDING_RESIDUAL
-                for _ in range(_REFINEMENTS - 1):
+                for _ in range(REFINEMENTS - 1):
                     _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
                 size = k
                 k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, False)
@@ -573,7 +634,23 @@ def _solve_one(
                 break
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
         else:
-            k = _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_squared, schur, score, scratch, work)
+            k = _enter(
+                Mi,
+                Mv,
+                Mw,
+                slots,
+                y,
+                theta,
+                kinv,
+                k,
+                m_indices,
+                m_values,
+                count_u,
+                schur,
+                score,
+                scratch,
+                work,
+            )
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
