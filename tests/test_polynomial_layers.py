@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
+from tests.layer_checks import check_layer
 
 D, RANK, UNITS = 5, 3, 2
 LAYERS = {"pn": PolynomialNetwork, "fm": FactorizationMachine}
@@ -167,21 +168,21 @@ def test_sparse_inputs_turn_off_xla():
     assert make_layer("pn").supports_jit
 
 
-@pytest.mark.parametrize("kind", ["pn", "fm"])
-def test_save_load_and_config_round_trip(kind, tmp_path):
-    kwargs = {"basis_regularizer": "l2", "output_initializer": "ones"}
-    layer = make_layer(kind, **kwargs, **({"augment": True} if kind == "pn" else {"use_bias": False}))
-    config = layer.get_config()
-    clone = type(layer).from_config(config)
-    assert clone.get_config() == config
-    assert isinstance(clone.basis_regularizer, keras.regularizers.L2)
-    inputs = keras.Input((D,))
-    model = keras.Model(inputs, layer(inputs))
+@pytest.mark.parametrize(
+    "kind, kwargs",
+    [
+        ("pn", {"augment": True, "basis_regularizer": "l2", "output_initializer": "ones"}),
+        ("pn", {}),
+        ("fm", {"use_bias": False, "basis_regularizer": "l2", "output_initializer": "ones"}),
+        ("fm", {"kernel_initializer": "random_normal"}),
+    ],
+)
+def test_layer_checks(kind, kwargs, tmp_path):
     x = np.random.default_rng(9).normal(size=(4, D)).astype("float32")
-    model.save(tmp_path / "model.keras")
-    restored = keras.models.load_model(tmp_path / "model.keras")
-    np.testing.assert_array_equal(restored(x).numpy(), model(x).numpy())
-    assert type(restored.layers[-1]) is type(layer)
+    layer = check_layer(LAYERS[kind], {"units": UNITS, "rank": RANK, **kwargs}, x, tmp_path=tmp_path)
+    if "basis_regularizer" in kwargs:
+        clone = LAYERS[kind].from_config(layer.get_config())
+        assert isinstance(clone.basis_regularizer, keras.regularizers.L2)
 
 
 @pytest.mark.parametrize("layer_class", LAYERS.values())

@@ -11,82 +11,73 @@ import tensorflow as tf
 
 import keras_structured as ks
 from keras_structured.engine import SimplexStructure
+from tests.layer_checks import check_layer
 
 
-def sequence_case():
-    rng = np.random.default_rng(0)
-    return ks.SparseMAPSequence(transitions_initializer="random_normal"), rng.normal(size=(4, 6, 3))
+def scores(seed, shape):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
 
 
-def simplex_case():
-    return ks.SparseMAP(SimplexStructure()), np.random.default_rng(1).normal(size=(4, 5))
+def padding_mask(sizes, width):
+    return np.arange(width)[None, :] < np.asarray(sizes)[:, None]
 
 
-def tree_case():
-    return ks.SparseMAPDependencyTree(), np.random.default_rng(3).normal(size=(4, 5, 5))
-
-
-def projective_tree_case():
-    return ks.SparseMAPDependencyTree(single_root=True, projective=True), np.random.default_rng(4).normal(
-        size=(4, 5, 5)
-    )
-
-
-def matching_case():
-    return ks.SparseMAPMatching(unmatched_score=-0.5), np.random.default_rng(5).normal(size=(4, 3, 4))
-
-
-def budget_case():
-    return ks.SparseMAPBudget(k=2), np.random.default_rng(6).normal(size=(4, 6))
-
-
+# name -> (layer class, constructor arguments, scores, call arguments)
 CASES = {
-    "sequence": sequence_case,
-    "simplex": simplex_case,
-    "tree": tree_case,
-    "projective_tree": projective_tree_case,
-    "matching": matching_case,
-    "budget": budget_case,
+    "sequence": (
+        ks.SparseMAPSequence,
+        {"transitions_initializer": "random_normal"},
+        scores(0, (4, 6, 3)),
+        {},
+    ),
+    "sequence_mask": (
+        ks.SparseMAPSequence,
+        {"use_boundary": True, "transitions_initializer": "random_normal"},
+        scores(2, (4, 6, 3)),
+        {"mask": padding_mask([6, 3, 1, 4], 6)},
+    ),
+    "simplex": (ks.SparseMAP, {"structure": SimplexStructure()}, scores(1, (4, 5)), {}),
+    "tree": (ks.SparseMAPDependencyTree, {}, scores(3, (4, 5, 5)), {}),
+    "tree_mask": (
+        ks.SparseMAPDependencyTree,
+        {},
+        scores(8, (4, 5, 5)),
+        {"mask": padding_mask([5, 3, 2, 4], 5)},
+    ),
+    "projective_tree": (
+        ks.SparseMAPDependencyTree,
+        {"single_root": True, "projective": True},
+        scores(4, (4, 5, 5)),
+        {},
+    ),
+    "matching": (ks.SparseMAPMatching, {"unmatched_score": -0.5}, scores(5, (4, 3, 4)), {}),
+    "matching_lengths": (
+        ks.SparseMAPMatching,
+        {},
+        scores(9, (4, 3, 4)),
+        {"lengths": np.array([[3, 4], [2, 3], [3, 1], [1, 2]], "int32")},
+    ),
+    "budget": (ks.SparseMAPBudget, {"k": 2}, scores(6, (4, 6)), {}),
+    "budget_mask": (
+        ks.SparseMAPBudget,
+        {"k": 2, "exact": False},
+        scores(10, (4, 6)),
+        {"mask": padding_mask([6, 4, 2, 3], 6)},
+    ),
 }
-
-
-def model_around(layer, shape):
-    inputs = keras.Input(shape[1:])
-    return keras.Model(inputs, layer(keras.layers.Dense(shape[-1])(inputs)))
+STRUCTURES = ["sequence", "simplex", "tree", "projective_tree", "matching", "budget"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_eager_graph_and_fit(name):
-    layer, scores = CASES[name]()
-    x = scores.astype("float32")
-    eager = layer(x).numpy()
-    graph = tf.function(layer)(x).numpy()
-    np.testing.assert_allclose(eager, graph, atol=1e-6)
-    model = model_around(layer, x.shape)
-    model.compile(keras.optimizers.Adam(0.01), "mse")
-    target = np.eye(x.shape[-1])[np.argmax(x, -1)]
-    history = model.fit(x, target, epochs=2, batch_size=2, verbose=0)
-    assert np.isfinite(history.history["loss"]).all()
+def test_layer_checks(name, tmp_path):
+    layer_class, kwargs, x, call_kwargs = CASES[name]
+    check_layer(layer_class, kwargs, x, call_kwargs=call_kwargs, tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_save_load_gives_identical_outputs(name, tmp_path):
-    layer, scores = CASES[name]()
-    x = scores.astype("float32")
-    model = model_around(layer, x.shape)
-    expected = model(x).numpy()
-    model.save(tmp_path / "model.keras")
-    restored = keras.models.load_model(tmp_path / "model.keras")
-    np.testing.assert_array_equal(restored(x).numpy(), expected)
-    assert type(restored.layers[-1]) is type(layer)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", STRUCTURES)
 def test_return_structures(name):
-    layer, scores = CASES[name]()
-    config = layer.get_config()
-    config["return_structures"] = True
-    layer = type(layer).from_config(config)
+    layer_class, kwargs, scores, _ = CASES[name]
+    layer = layer_class(**kwargs, return_structures=True)
     out = layer(scores)
     weights = out["weights"].numpy()
     assert np.all(weights >= 0)

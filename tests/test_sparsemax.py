@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
+from tests.layer_checks import check_layer
 
 
 def reference_sparsemax(z):
@@ -119,16 +120,24 @@ def test_jacobian_closed_form():
     np.testing.assert_allclose(jacobian, expected, atol=1e-12)
 
 
-def test_layer_serialization_and_mask(tmp_path):
-    inputs = keras.Input((4,))
-    outputs = ks.Sparsemax()(keras.layers.Dense(4)(inputs))
-    model = keras.Model(inputs, outputs)
-    x = np.random.default_rng(8).normal(size=(3, 4)).astype("float32")
-    model.save(tmp_path / "m.keras")
-    restored = keras.models.load_model(tmp_path / "m.keras")
-    np.testing.assert_allclose(restored(x).numpy(), model(x).numpy())
-    assert ks.Sparsemax(axis=1).get_config()["axis"] == 1
-    assert ks.Sparsemax().compute_output_shape((None, 4)) == (None, 4)
+@pytest.mark.parametrize(
+    "kwargs, shape, masked",
+    [({}, (4, 5), False), ({}, (4, 5), True), ({"axis": 1}, (3, 4, 2), False)],
+    ids=["plain", "mask", "axis1"],
+)
+def test_layer_checks(kwargs, shape, masked, tmp_path):
+    rng = np.random.default_rng(8)
+    call_kwargs = {"mask": rng.random(shape) > 0.3} if masked else {}
+    check_layer(
+        ks.Sparsemax,
+        kwargs,
+        rng.normal(size=shape).astype("float32"),
+        call_kwargs=call_kwargs,
+        tmp_path=tmp_path,
+    )
+
+
+def test_layer_mask():
     masked = ks.Sparsemax()(tf.constant([[1.0, 2.0, 0.0]]), mask=tf.constant([[True, False, True]]))
     np.testing.assert_allclose(masked.numpy(), [[1.0, 0.0, 0.0]])
 

@@ -13,6 +13,7 @@ from keras_structured.engine.solve import (
     solve,
 )
 from keras_structured.engine.structure import Structure, structure_from_config, structure_to_config
+from keras_structured.engine.warmup import warmup
 
 __all__ = [
     "BudgetStructure",
@@ -29,4 +30,5 @@ __all__ = [
     "structure_from_config",
     "structure_to_config",
     "viterbi",
+    "warmup",
 ]

@@ -22,9 +22,14 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import hashlib
+import inspect
 import itertools
+import logging
 import math
 import os
+import re
+import types
 
 import numba as nb
 import numpy as np
@@ -50,6 +55,7 @@ _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 # structure before tol; stopped by max_iter within tol but before exact termination.
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 _THREADS = min(8, os.cpu_count() or 1)
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +163,8 @@ def _store_row(indices, values, widths, row, new_indices, new_values, count):
     if count > indices.shape[1]:
         wider_indices = np.zeros((indices.shape[0], 2 * count), np.int64)
         wider_values = np.zeros((indices.shape[0], 2 * count))
-        wider_indices[:, : indices.shape[1]] = indices
-        wider_values[:, : indices.shape[1]] = values
+        _copy_into(indices, wider_indices)
+        _copy_into(values, wider_values)
         indices, values = wider_indices, wider_values
     for j in range(count):
         indices[row, j] = new_indices[j]
@@ -274,7 +280,10 @@ def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
             kkt[i + 1, j + 1] = kkt[j + 1, i + 1] = _row_dot(Mi, Mv, Mw, slots[j], scratch)
         for j in range(Mw[row]):
             scratch[Mi[row, j]] = 0.0
-    kinv[: k + 1, : k + 1] = np.linalg.pinv(kkt).T
+    inverse = np.linalg.pinv(kkt)
+    for b in range(k + 1):
+        for a in range(k + 1):
+            kinv[b, a] = inverse[a, b]
     _solution(kinv, k, theta, solution)
 
 
@@ -317,10 +326,7 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
     return k - 1
 
 
-# _enter and _solve_relaxed run once per iteration with about ten arrays each: numba
-# inlines them into the kernel, which saves two atomic reference-count updates per array
-# and call (8% of the bookkeeping on trees) for about 2 s more compilation per structure.
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)
 def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, schur, score, scratch, work):
     """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
     parts the caller stores, given ``work[0] = [1; M_I m]`` and its :func:`_schur`
@@ -329,7 +335,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, s
     border, w, column, solution = work[0], work[1], work[2], work[4]  # column: scaled w at the end
     weight, m_squared = 0.0, _dot(m_values[:count_u], m_values[:count_u])
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
-        leave, gamma = -1, np.inf
+        leave, gamma = np.int64(-1), np.inf
         for i in range(k):
             if w[i + 1] > 1e-12 and y[i] / w[i + 1] < gamma:
                 leave, gamma = i, y[i] / w[i + 1]
@@ -399,7 +405,7 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
     return worst / scale
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
+@nb.njit(cache=True, nogil=True)
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
     """Solve the KKT system on the active set, dropping structures until feasible, and
     write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
@@ -413,7 +419,7 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution)
             refactored = True
             continue
-        leave, gamma = -1, np.inf
+        leave, gamma = np.int64(-1), np.inf
         for i in range(k):
             if y_hat[i] < 0.0 and y[i] / (y[i] - y_hat[i]) < gamma:
                 leave, gamma = i, y[i] / (y[i] - y_hat[i])
@@ -464,15 +470,26 @@ def _find(Cb, Ch, slots, k, code, code_hash):
 @nb.njit(cache=True, nogil=True)
 def _grow_2d(buffer, rows):
     grown = np.zeros((rows, buffer.shape[1]), buffer.dtype)
-    grown[: buffer.shape[0]] = buffer
+    _copy_into(buffer, grown)
     return grown
 
 
 @nb.njit(cache=True, nogil=True)
 def _grow_1d(buffer, rows):
     grown = np.zeros(rows, buffer.dtype)
-    grown[: buffer.shape[0]] = buffer
+    for i in range(buffer.shape[0]):
+        grown[i] = buffer[i]
     return grown
+
+
+# Explicit loops instead of slice assignments, here and in the kernel: numba compiles a
+# broadcasting assignment with its error-message formatting, seconds per signature.
+@nb.njit(cache=True, nogil=True)
+def _copy_into(source, target):
+    """``target[:rows, :columns] = source`` for a 2-d ``source`` no larger than ``target``."""
+    for i in range(source.shape[0]):
+        for j in range(source.shape[1]):
+            target[i, j] = source[i, j]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -506,16 +523,13 @@ def _active_rows(indices, values, widths, slots, k):
     out_indices, out_values = np.zeros((k, width), np.int64), np.zeros((k, width))
     for i in range(k):
         row = slots[i]
-        out_indices[i, : widths[row]] = indices[row, : widths[row]]
-        out_values[i, : widths[row]] = values[row, : widths[row]]
+        for j in range(widths[row]):
+            out_indices[i, j], out_values[i, j] = indices[row, j], values[row, j]
     return out_indices, out_values
 
 
-@nb.njit(nogil=True)  # not cached: numba cannot cache functions taking a function argument
-def _solve_one(
-    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
-):
-    """Active-set SparseMAP of one example, MAP calls to ``oracle`` included, in the
+def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact):
+    """Active-set SparseMAP of one example, MAP calls to ``_map_oracle`` included, in the
     oracle's ``order`` of the unary part (empty: the flat order) until the end.
 
     It stops once the gap is within ``tol``. With ``exact``, it goes on to the active
@@ -538,18 +552,21 @@ def _solve_one(
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
     u, iterate = np.zeros(du), eta_u.copy()
-    count_u, count_v = oracle(iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code)
-    Mi, Mv = _store_row(Mi, Mv, Mw, 0, m_indices, m_values, count_u)
-    Ni, Nv = _store_row(Ni, Nv, Nw, 0, n_indices, n_values, count_v)
+    count_u, count_v = _map_oracle(
+        iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
+    )
+    # int64 whatever the oracle returns: literal types would compile the helpers again
+    count_u, count_v, k = np.int64(count_u), np.int64(count_v), np.int64(1)
+    Mi, Mv = _store_row(Mi, Mv, Mw, slots[0], m_indices, m_values, count_u)
+    Ni, Nv = _store_row(Ni, Nv, Nw, slots[0], n_indices, n_values, count_v)
     Cb[0], Ch[0] = code, _code_hash(code)
     y[0] = 1.0
     theta[0] = _sparse_dot(m_indices, m_values, count_u, eta_u) + _sparse_dot(
         n_indices, n_values, count_v, eta_v
     )
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
-    k = 1
     _solution(kinv, k, theta, work[4])
-    _combine(Mi, Mv, Mw, slots, y, 1, u)
+    _combine(Mi, Mv, Mw, slots, y, k, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
     finish_tol = min(tol, ROUNDING_GAP) if exact else tol
     # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
@@ -559,9 +576,10 @@ def _solve_one(
     refined = False
     for iteration in range(max_iter):
         u_squared = _linearize(eta_u, u, iterate)
-        count_u, count_v = oracle(
+        count_u, count_v = _map_oracle(
             iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
         )
+        count_u, count_v = np.int64(count_u), np.int64(count_v)
         calls += 1
         # <eta_u, u> + <eta_v, v> = sum_i y_i theta_i: v itself is only needed at the end.
         linear = _dot(y[:k], theta[:k])
@@ -583,9 +601,10 @@ def _solve_one(
                 y, theta = _grow_1d(y, cap), _grow_1d(theta, cap)
                 slots = np.concatenate((slots, np.arange(slots.shape[0], cap)))
                 grown = np.zeros((cap + 1, cap + 1))
-                grown[: kinv.shape[0], : kinv.shape[1]] = kinv
+                _copy_into(kinv, grown)
                 kinv, solution, work = grown, work[4], np.zeros((5, cap + 1))
-                work[4, : solution.shape[0]] = solution
+                for a in range(solution.shape[0]):
+                    work[4, a] = solution[a]
             m_squared, border = _dot(m_values[:count_u], m_values[:count_u]), work[0]
             border[0] = 1.0
             if one_hot_codes:
@@ -691,31 +710,35 @@ def _solve_one(
     )
 
 
+def _map_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """Stands for the structure's oracle in :func:`_solve_one`; :func:`kernel` binds it."""
+    raise NotImplementedError("the kernel is compiled by kernel(oracle)")
+
+
 @functools.cache
-def _bound_kernel(oracle):
-    """:func:`_solve_one` with ``oracle`` fixed: calling it then skips typing a function
-    argument, which costs numba's dispatcher several microseconds per example."""
+def kernel(oracle):
+    """:func:`_solve_one` compiled with ``oracle`` as its MAP oracle, cached on disk.
 
-    @nb.njit(nogil=True)
-    def solve_one(
-        eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
-    ):
-        return _solve_one(
-            oracle,
-            eta_u,
-            eta_v,
-            length,
-            params,
-            code_size,
-            nonzeros,
-            order,
-            one_hot_codes,
-            tol,
-            max_iter,
-            exact,
-        )
-
-    return solve_one
+    Numba cannot cache a function that takes another one as an argument, so each
+    oracle gets its own copy of the kernel, in which the global ``_map_oracle`` is
+    ``oracle``: a module-level ``@numba.njit(cache=True)`` oracle then makes the whole
+    kernel cacheable, and a process compiles it once per machine (tens of seconds)
+    and loads it afterwards (about a second). The copy's name carries the oracle's
+    module, name and a hash of its module's source, so that an edited oracle gets a
+    new kernel. Oracles that numba cannot cache (closures over arrays, object mode)
+    still work, compiled in every process.
+    """
+    function = oracle.py_func
+    try:
+        source = inspect.getsource(inspect.getmodule(function)).encode()
+    except (OSError, TypeError):
+        source = function.__code__.co_code
+    tag = f"{function.__module__}.{function.__qualname__}.{hashlib.sha256(source).hexdigest()[:12]}"
+    bound = types.FunctionType(
+        _solve_one.__code__, {**_solve_one.__globals__, "_map_oracle": oracle}, _solve_one.__name__
+    )
+    bound.__qualname__ = f"_solve_one[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
+    return nb.njit(cache=True, nogil=True)(bound)
 
 
 def solve_compiled(
@@ -733,8 +756,8 @@ def solve_compiled(
         sizes = np.full((batch, 1), -1, np.int64)  # -1: the full size
     else:
         sizes = lengths.reshape(batch, -1).astype(np.int64)
-    kernel, params, code_size = (
-        _bound_kernel(compiled.function),
+    solve_one, params, code_size = (
+        kernel(compiled.function),
         compiled.params,
         math.prod(compiled.code_shape),
     )
@@ -742,7 +765,7 @@ def solve_compiled(
     order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
 
     def solve_example(b):
-        result = kernel(
+        result = solve_one(
             flat_u[b],
             flat_v[b],
             sizes[b],
@@ -758,10 +781,14 @@ def solve_compiled(
         codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
         return result[:6] + (codes,) + result[7:]
 
-    if batch < 2 * _THREADS:
-        return [solve_example(b) for b in range(batch)]
+    results, first = [None] * batch, 0
+    if batch and not solve_one.signatures:  # this process's first call compiles or loads it
+        _log_first_call(solve_one, compiled.function)
+        results[0], first = solve_example(0), 1
+    if batch - first < 2 * _THREADS:
+        return results[:first] + [solve_example(b) for b in range(first, batch)]
 
-    results, pending = [None] * batch, itertools.count()
+    pending = itertools.count(first)
 
     def work():  # each thread takes the next unsolved example (next() is atomic under the GIL)
         while (b := next(pending)) < batch:
@@ -773,6 +800,24 @@ def solve_compiled(
     for helper in helpers:
         helper.result()
     return results
+
+
+def _log_first_call(solve_one, oracle) -> None:
+    """Say through ``logging`` that the kernel for ``oracle`` is compiled (tens of seconds,
+    once per machine) or loaded from numba's disk cache (about a second)."""
+    try:  # numba keeps the index of its disk cache here (not a public API)
+        cached = os.path.exists(solve_one._cache._cache_file._index_path)
+    except AttributeError:
+        cached = False
+    name = f"{oracle.py_func.__module__}.{oracle.py_func.__qualname__}"
+    if cached:
+        _LOGGER.debug("Loading the SparseMAP kernel for %s from numba's disk cache.", name)
+    else:
+        _LOGGER.info(
+            "Compiling the SparseMAP kernel for %s: 10-60 s, once per machine (numba caches it on "
+            "disk; keras_structured.engine.warmup() pays it up front).",
+            name,
+        )
 
 
 @functools.cache

@@ -62,7 +62,6 @@ class SparseMAP(keras.layers.Layer):
         array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
 
-    supports_jit = False
     supports_masking = True
 
     def __init__(
@@ -76,6 +75,9 @@ class SparseMAP(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        # On the instance: keras.layers.Layer.__init__ sets supports_jit = True there, which
+        # would hide a class attribute and let jit_compile fail inside fit.
+        self.supports_jit = False
         if isinstance(structure, dict):
             structure = structure_from_config(structure)
         if not isinstance(structure, Structure):

@@ -1,0 +1,81 @@
+"""The compiled kernel is cached on disk, says when it compiles, and can be warmed up."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from keras_structured import engine
+from keras_structured.engine import compiled_active_set
+
+_FIRST_CALL = r"""
+import json, time
+import numpy as np
+from keras_structured import engine
+from keras_structured.engine.compiled_active_set import kernel
+structure = engine.SimplexStructure()
+start = time.perf_counter()
+engine.solve(structure, np.ones((2, 4)))
+seconds = time.perf_counter() - start
+stats = kernel(structure.compiled_oracle((4,), (0,)).function).stats
+print(json.dumps({"seconds": seconds, "hits": sum(stats.cache_hits.values())}))
+"""
+
+
+def _first_call_in_new_process() -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    completed = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_process_loads_the_kernel_from_the_disk_cache():
+    _first_call_in_new_process()  # compiles it, unless an earlier process did
+    again = _first_call_in_new_process()
+    assert again["hits"] == 1, again
+    assert again["seconds"] < 5.0, again
+
+
+def test_each_oracle_gets_its_own_cached_kernel():
+    tree = engine.DependencyTreeStructure().compiled_oracle((4, 4), (0,)).function
+    sequence = engine.SequenceStructure().compiled_oracle((3, 2), (2, 2, 2)).function
+    assert compiled_active_set.kernel(tree) is compiled_active_set.kernel(tree)
+    assert compiled_active_set.kernel(tree) is not compiled_active_set.kernel(sequence)
+    names = {compiled_active_set.kernel(f).py_func.__qualname__ for f in (tree, sequence)}
+    assert all("_tree_oracle" in name or "_viterbi_oracle" in name for name in names), names
+
+
+def test_the_first_call_of_a_process_is_logged(caplog, monkeypatch):
+    structure = engine.SimplexStructure()
+    engine.solve(structure, np.ones((1, 3)))  # compiled, so on disk
+    fresh = compiled_active_set.kernel.__wrapped__  # a new dispatcher: as in a new process
+    monkeypatch.setattr(compiled_active_set, "kernel", fresh)
+    with caplog.at_level(logging.DEBUG, logger="keras_structured.engine.compiled_active_set"):
+        solution = engine.solve(structure, np.array([[1.0, 0.5, -1.0], [0.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(solution.u[0], [0.75, 0.25, 0.0])
+    messages = [
+        record.getMessage() for record in caplog.records if record.name == compiled_active_set.__name__
+    ]
+    assert len(messages) == 1 and "_argmax_oracle" in messages[0], messages
+    assert "disk cache" in messages[0]
+
+
+def test_warmup_compiles_the_built_in_structures_and_named_ones():
+    assert set(engine.warmup()) == {
+        "SequenceStructure",
+        "DependencyTreeStructure",
+        "MatchingStructure",
+        "SimplexStructure",
+    }
+    seconds = engine.warmup([(engine.DependencyTreeStructure(single_root=True), (5, 5))])
+    assert list(seconds) == ["DependencyTreeStructure"]
+
+
+def test_warmup_needs_the_shape_of_other_structures():
+    with pytest.raises(ValueError, match=r"\(structure, u_shape\) pair.*Received: structures entry="):
+        engine.warmup([engine.BudgetStructure(2)])
