@@ -53,8 +53,8 @@ def test_each_oracle_gets_its_own_cached_kernel():
 def test_the_first_call_of_a_process_is_logged(caplog, monkeypatch):
     structure = engine.SimplexStructure()
     engine.solve(structure, np.ones((1, 3)))  # compiled, so on disk
-    fresh = compiled_active_set.kernel.__wrapped__  # a new dispatcher: as in a new process
-    monkeypatch.setattr(compiled_active_set, "kernel", fresh)
+    fresh = compiled_active_set._bind.__wrapped__  # a new dispatcher: as in a new process
+    monkeypatch.setattr(compiled_active_set, "_bind", fresh)
     with caplog.at_level(logging.DEBUG, logger="keras_structured.engine.compiled_active_set"):
         solution = engine.solve(structure, np.array([[1.0, 0.5, -1.0], [0.0, 0.0, 0.0]]))
     np.testing.assert_allclose(solution.u[0], [0.75, 0.25, 0.0])

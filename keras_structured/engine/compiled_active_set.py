@@ -715,30 +715,86 @@ def _map_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indic
     raise NotImplementedError("the kernel is compiled by kernel(oracle)")
 
 
+def _map_each(flat_u, flat_v, sizes, params, code_size, nonzeros, order):
+    """The MAP structure of every example: ``_map_oracle`` on each row (in the oracle's
+    ``order``), as the kernel calls it. Returns the ``(batch, code_size)`` codes."""
+    batch = flat_u.shape[0]
+    codes = np.empty((batch, code_size), np.int64)
+    m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
+    n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
+    for b in range(batch):
+        scores = flat_u[b][order] if order.shape[0] > 0 else flat_u[b].copy()  # the oracle's scratch
+        _map_oracle(scores, flat_v[b], sizes[b], params, m_indices, m_values, n_indices, n_values, codes[b])
+    return codes
+
+
 @functools.cache
-def kernel(oracle):
-    """:func:`_solve_one` compiled with ``oracle`` as its MAP oracle, cached on disk.
+def _bind(function, oracle):
+    """``function`` (:func:`_solve_one` or :func:`_map_each`) compiled with ``oracle`` as
+    its MAP oracle, cached on disk.
 
     Numba cannot cache a function that takes another one as an argument, so each
-    oracle gets its own copy of the kernel, in which the global ``_map_oracle`` is
-    ``oracle``: a module-level ``@numba.njit(cache=True)`` oracle then makes the whole
-    kernel cacheable, and a process compiles it once per machine (tens of seconds)
-    and loads it afterwards (about a second). The copy's name carries the oracle's
+    oracle gets its own copy, in which the global ``_map_oracle`` is ``oracle``: a
+    module-level ``@numba.njit(cache=True)`` oracle then makes the copy cacheable,
+    and a process compiles it once per machine (seconds to tens of seconds) and loads
+    it afterwards (a fraction of a second). The copy's name carries the oracle's
     module, name and a hash of its module's source, so that an edited oracle gets a
-    new kernel. Oracles that numba cannot cache (closures over arrays, object mode)
+    new copy. Oracles that numba cannot cache (closures over arrays, object mode)
     still work, compiled in every process.
     """
-    function = oracle.py_func
+    py_oracle = oracle.py_func
     try:
-        source = inspect.getsource(inspect.getmodule(function)).encode()
+        source = inspect.getsource(inspect.getmodule(py_oracle)).encode()
     except (OSError, TypeError):
-        source = function.__code__.co_code
-    tag = f"{function.__module__}.{function.__qualname__}.{hashlib.sha256(source).hexdigest()[:12]}"
+        source = py_oracle.__code__.co_code
+    tag = f"{py_oracle.__module__}.{py_oracle.__qualname__}.{hashlib.sha256(source).hexdigest()[:12]}"
     bound = types.FunctionType(
-        _solve_one.__code__, {**_solve_one.__globals__, "_map_oracle": oracle}, _solve_one.__name__
+        function.__code__, {**function.__globals__, "_map_oracle": oracle}, function.__name__
     )
-    bound.__qualname__ = f"_solve_one[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
+    bound.__qualname__ = f"{function.__name__}[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
     return nb.njit(cache=True, nogil=True)(bound)
+
+
+def kernel(oracle):
+    """:func:`_solve_one` compiled for ``oracle`` (see :func:`_bind`)."""
+    return _bind(_solve_one, oracle)
+
+
+def _sizes(lengths, batch: int) -> np.ndarray:
+    """Per-example sizes as the oracles read them: ``(batch, d)`` int64, -1 for the full size."""
+    if lengths is None:
+        return np.full((batch, 1), -1, np.int64)
+    return np.asarray(lengths).reshape(batch, -1).astype(np.int64)
+
+
+def map_compiled(compiled: CompiledOracle, eta_u: np.ndarray, eta_v: np.ndarray, lengths=None) -> np.ndarray:
+    """The batched MAP of a structure with a compiled oracle: what :meth:`Structure.map`
+    returns for it, from the same oracle as the solver's.
+
+    Args:
+        compiled: the structure's :class:`CompiledOracle`.
+        eta_u: ``(batch, *u_shape)`` unary scores.
+        eta_v: ``(batch, *v_shape)`` higher-order scores.
+        lengths: optional per-example sizes.
+
+    Returns:
+        ``(batch, *code_shape)`` int64 codes.
+    """
+    batch = eta_u.shape[0]
+    flat_u = np.ascontiguousarray(eta_u, dtype=np.float64).reshape(batch, -1)
+    flat_v = np.ascontiguousarray(eta_v, dtype=np.float64).reshape(batch, -1)
+    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
+    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
+    codes = _bind(_map_each, compiled.function)(
+        flat_u,
+        flat_v,
+        _sizes(lengths, batch),
+        compiled.params,
+        math.prod(compiled.code_shape),
+        nonzeros,
+        order,
+    )
+    return codes.reshape((batch,) + tuple(compiled.code_shape))
 
 
 def solve_compiled(
@@ -752,10 +808,7 @@ def solve_compiled(
     status (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
     batch = flat_u.shape[0]
-    if lengths is None:
-        sizes = np.full((batch, 1), -1, np.int64)  # -1: the full size
-    else:
-        sizes = lengths.reshape(batch, -1).astype(np.int64)
+    sizes = _sizes(lengths, batch)
     solve_one, params, code_size = (
         kernel(compiled.function),
         compiled.params,

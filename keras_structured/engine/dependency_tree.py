@@ -26,14 +26,6 @@ def _best_tree(scores, words, single_root, projective, heads, by_dependent):
 
 
 @numba.njit(cache=True, nogil=True)
-def _decode_batch(scores, lengths, single_root, projective):
-    heads = np.empty((scores.shape[0], scores.shape[1]), dtype=np.int64)
-    for b in range(scores.shape[0]):
-        _best_tree(scores[b], lengths[b], single_root, projective, heads[b], False)
-    return heads
-
-
-@numba.njit(cache=True, nogil=True)
 def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
     """:class:`CompiledOracle` function: the best tree of one example's flat scores.
 
@@ -99,7 +91,8 @@ def best_trees(
     else:
         lengths = np.asarray(lengths)
         _check_lengths(lengths, batch, size - 1)
-    return _decode_batch(scores, lengths.astype(np.int64), single_root, projective)
+    structure = DependencyTreeStructure(single_root, projective)
+    return structure.map(scores, np.zeros((batch, 0)), lengths.astype(np.int64))
 
 
 def _check_shape(u_shape: tuple) -> None:
@@ -145,9 +138,6 @@ class DependencyTreeStructure(Structure):
     def __init__(self, single_root: bool = False, projective: bool = False):
         self.single_root = bool(single_root)
         self.projective = bool(projective)
-
-    def map(self, eta_u, eta_v, lengths=None):
-        return best_trees(eta_u, lengths, self.single_root, self.projective)
 
     def indicators(self, codes, u_shape, v_shape, lengths=None):
         batch, size = codes.shape

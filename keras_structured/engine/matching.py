@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.structure import Structure, raise_for_invalid_codes
@@ -56,12 +55,13 @@ def _max_assignment(scores):
 def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
     """Compiled matching MAP on one example's flat ``(m, n)`` scores (see :class:`CompiledOracle`)."""
     rows, cols, partial = params[0], params[1], params[2]
+    threshold = params[3:4].view(np.float64)[0]  # unmatched_score (0 without it), as bits
     used_rows = rows if length[0] < 0 else length[0]
     used_cols = cols if length[0] < 0 else length[1]
     code[:] = -1
     if used_rows == 0 or used_cols == 0:
         return 0, 0
-    scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols].copy()
+    scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols] - threshold
     if partial:
         scores = np.maximum(scores, 0.0)
     if used_rows <= used_cols:
@@ -73,7 +73,7 @@ def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_
     count = 0
     for i in range(used_rows):
         j = code[i]
-        if j >= 0 and partial and scores_u[i * cols + j] <= 0.0:
+        if j >= 0 and partial and scores_u[i * cols + j] <= threshold:
             code[i] = -1
         elif j >= 0:
             m_indices[count], m_values[count] = i * cols + j, 1.0
@@ -86,8 +86,8 @@ class MatchingStructure(Structure):
 
     A structure is a set ``P`` of row-column pairs using every row and every
     column at most once; ``m_s`` (shape ``(m, n)``) has a one at every pair of
-    ``P``, and there is no higher-order part. The MAP oracle (Jonker-Volgenant,
-    :func:`scipy.optimize.linear_sum_assignment`, one call per example) solves
+    ``P``, and there is no higher-order part. The MAP oracle (the Hungarian algorithm
+    with potentials, compiled, one call per example) solves
 
     * with ``unmatched_score=None``: ``argmax_P sum_{(i, j) in P} s_ij`` over the
       matchings of size ``min(m, n)``: permutation matrices when ``m == n``, and
@@ -130,24 +130,6 @@ class MatchingStructure(Structure):
                 raise ValueError(f"unmatched_score must be finite or None. Received: {unmatched_score}")
         self.unmatched_score = unmatched_score
 
-    def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
-        batch, rows, cols = eta_u.shape
-        codes = np.full((batch, rows), -1, dtype=np.int64)
-        sizes = np.broadcast_to((rows, cols), (batch, 2)) if lengths is None else lengths
-        for b, (r, c) in enumerate(sizes):
-            i, j = self._assign(eta_u[b, :r, :c])
-            codes[b, i] = j
-        return codes
-
-    def _assign(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Matched ``(rows, columns)`` of one unpadded score matrix."""
-        if self.unmatched_score is None:
-            return linear_sum_assignment(scores, maximize=True)
-        gains = scores - self.unmatched_score
-        i, j = linear_sum_assignment(np.maximum(gains, 0.0), maximize=True)
-        used = gains[i, j] > 0
-        return i[used], j[used]
-
     def indicators(
         self,
         codes: np.ndarray,
@@ -183,9 +165,10 @@ class MatchingStructure(Structure):
         raise_for_invalid_codes(invalid, codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
-        if self.unmatched_score not in (None, 0.0):
-            return None
-        params = np.array([u_shape[0], u_shape[1], self.unmatched_score is not None], dtype=np.int64)
+        threshold = np.array([self.unmatched_score or 0.0]).view(np.int64)[0]
+        params = np.array(
+            [u_shape[0], u_shape[1], self.unmatched_score is not None, threshold], dtype=np.int64
+        )
         return CompiledOracle(_matching_oracle, params, (u_shape[0],), min(u_shape), one_hot_codes=True)
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:

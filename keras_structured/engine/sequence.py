@@ -13,7 +13,7 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None 
     """Highest-scoring label sequences of a batch of linear chains.
 
     Solves ``argmax_y sum_i unary[i, y_i] + sum_i pairwise[i, y_i, y_{i+1}]`` for
-    every example, vectorised over the batch (one Python step per position).
+    every example by the Viterbi algorithm (the oracle of :class:`SequenceStructure`).
 
     Args:
         unary: ``(batch, n, K)`` label scores.
@@ -29,25 +29,7 @@ def viterbi(unary: np.ndarray, pairwise: np.ndarray, lengths: np.ndarray | None 
         >>> viterbi(np.array([[[1.0, 0.0], [0.0, 1.0]]]), np.zeros((1, 1, 2, 2)))
         array([[0, 1]])
     """
-    batch, n, num_labels = unary.shape
-    labels = np.full((batch, n), -1, dtype=np.int64)
-    if n == 0:
-        return labels
-    lengths = np.full(batch, n) if lengths is None else np.asarray(lengths)
-    rows, stay = np.arange(batch), np.arange(num_labels)
-    backpointers = np.zeros((batch, n, num_labels), dtype=np.int64)
-    delta = unary[:, 0]
-    for i in range(1, n):
-        candidates = delta[:, :, None] + pairwise[:, i - 1]
-        inside = (i < lengths)[:, None]
-        backpointers[:, i] = np.where(inside, np.argmax(candidates, axis=1), stay)
-        delta = np.where(inside, np.max(candidates, axis=1) + unary[:, i], delta)
-    last = np.argmax(delta, axis=-1)
-    labels[:, n - 1] = last
-    for i in range(n - 1, 0, -1):
-        last = backpointers[rows, i, last]
-        labels[:, i - 1] = last
-    return np.where(np.arange(n)[None, :] < lengths[:, None], labels, -1)
+    return SequenceStructure().map(np.asarray(unary), np.asarray(pairwise), lengths)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -99,9 +81,6 @@ class SequenceStructure(Structure):
         >>> m[0].tolist(), n[0, 0].tolist()
         ([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 0.0]])
     """
-
-    def map(self, eta_u, eta_v, lengths=None):
-        return viterbi(eta_u, eta_v, lengths)
 
     def indicators(self, codes, u_shape, v_shape, lengths=None):
         batch, n = codes.shape

@@ -29,9 +29,6 @@ class SimplexStructure(Structure):
         array([1])
     """
 
-    def map(self, eta_u, eta_v, lengths=None):
-        return np.argmax(eta_u, axis=-1)
-
     def indicators(self, codes, u_shape, v_shape, lengths=None):
         m = np.zeros((codes.shape[0],) + tuple(u_shape))
         m[np.arange(codes.shape[0]), codes] = 1.0

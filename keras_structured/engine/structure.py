@@ -26,13 +26,16 @@ import abc
 
 import numpy as np
 
+from keras_structured.engine.compiled_active_set import map_compiled
+
 _REGISTRY: dict[str, type] = {}
 
 
 class Structure(abc.ABC):
     """Base class of the structures that SparseMAP can solve over.
 
-    Subclasses implement :meth:`map` and :meth:`indicators` on batches and may
+    Subclasses implement :meth:`indicators` and either :meth:`compiled_oracle` (then
+    :meth:`map` runs it on every example) or :meth:`map`, on batches, and may
     override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`validate_codes`,
     :meth:`v_shape` and :meth:`get_config` (constructor arguments, for serialization). Every
     subclass is registered by class name for :func:`structure_from_config`.
@@ -45,19 +48,29 @@ class Structure(abc.ABC):
         super().__init_subclass__(**kwargs)
         _REGISTRY[cls.__name__] = cls
 
-    @abc.abstractmethod
     def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         """Return the highest-scoring structure of every example.
 
+        Structures with a :meth:`compiled_oracle` inherit this method, which runs that
+        oracle on every example (the solver's own oracle); the others implement it.
+
         Args:
             eta_u: unary scores, shape ``(batch, *u_shape)``.
-            eta_v: higher-order scores, shape ``(batch, *v_shape)``.
+            eta_v: higher-order scores, shape ``(batch, *v_shape)`` (None: zeros for the
+                inherited method).
             lengths: optional per-example sizes (see the module docstring).
 
         Returns:
             Integer codes, shape ``(batch, ...)``: one code per example that
             :meth:`indicators` turns back into indicator vectors.
         """
+        eta_u = np.asarray(eta_u, dtype=np.float64)
+        if eta_v is None:
+            eta_v = np.zeros(eta_u.shape[:1] + tuple(self.v_shape(eta_u.shape[1:])))
+        compiled = self.compiled_oracle(eta_u.shape[1:], np.shape(eta_v)[1:])
+        if compiled is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement map() or compiled_oracle().")
+        return map_compiled(compiled, eta_u, eta_v, lengths)
 
     @abc.abstractmethod
     def indicators(
