@@ -1,6 +1,7 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
 from keras_structured import engine, ops, polynomial, projections
+from keras_structured.engine import SolverOptions
 from keras_structured.layers import (
     SparseMAP,
     SparseMAPBudget,
@@ -17,7 +18,13 @@ from keras_structured.losses import (
     StructuredHingeLoss,
     StructuredPerceptronLoss,
     TreeCRFLoss,
+    linear_chain_crf_loss,
+    margin_sparsemap_loss,
+    sparsemap_loss,
     sparsemax_loss,
+    structured_hinge_loss,
+    structured_perceptron_loss,
+    tree_crf_loss,
 )
 from keras_structured.ops import map_decode, sparsemap, sparsemap_sequence, sparsemax
 from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
@@ -40,6 +47,7 @@ __all__ = [
     "SparseMAPDependencyTree",
     "SparseMAPMatching",
     "SparseMAPSequence",
+    "SolverOptions",
     "Sparsemax",
     "SparsemaxLoss",
     "engine",
@@ -49,4 +57,10 @@ __all__ = [
     "sparsemap_sequence",
     "sparsemax",
     "sparsemax_loss",
+    "linear_chain_crf_loss",
+    "margin_sparsemap_loss",
+    "sparsemap_loss",
+    "structured_hinge_loss",
+    "structured_perceptron_loss",
+    "tree_crf_loss",
 ]

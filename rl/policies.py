@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import math
+from typing import NamedTuple
 
 import gymnasium as gym
 import keras
@@ -24,8 +25,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from keras_structured.projections import entropy, gaussian_entropy, gaussian_kl_parts, kl_divergence
-from rl.projection import ProjectionInfo, project_categorical, project_gaussian
+from keras_structured.projections import (
+    entropy,
+    gaussian_entropy,
+    gaussian_kl_parts,
+    kl_divergence,
+    project_categorical,
+    project_gaussian,
+)
 
 tfd = tfp.distributions
 
@@ -34,6 +41,22 @@ _NUMPY_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
 LOG_STD_RANGE = (-5.0, 2.0)
 
 Params = tuple[tf.Tensor, ...]
+
+#: the entropy bound passed to :meth:`Policy.project` while no bound is active (far below any
+#: entropy): the compiled update takes the bound as a tensor, so switching it on retraces nothing.
+NO_BOUND = -1e9
+
+
+class ProjectionInfo(NamedTuple):
+    """Where each projection changed its input: float masks of shape ``(batch,)`` (1 where it did)."""
+
+    entropy_active: tf.Tensor
+    kl_active: tf.Tensor
+
+    @classmethod
+    def from_library(cls, info) -> ProjectionInfo:
+        """The boolean masks of the library's ``ProjectionInfo`` as float32 masks."""
+        return cls(tf.cast(info.entropy_active, tf.float32), tf.cast(info.kl_active, tf.float32))
 
 
 def mlp(
@@ -145,7 +168,26 @@ class Policy(abc.ABC):
     def project(
         self, params: Params, old_params: Params, entropy_bound: tf.Tensor, kl_bound: float, per_state: bool
     ) -> tuple[Params, ProjectionInfo]:
-        """Entropy then KL projection of ``params`` (see :mod:`rl.projection`)."""
+        """Projects ``params`` onto ``{H >= entropy_bound, KL(. || old_params) <= kl_bound}``.
+
+        Entropy projection, then KL projection, from :mod:`keras_structured.projections`
+        (:func:`~keras_structured.projections.project_categorical`,
+        :func:`~keras_structured.projections.project_gaussian`; the module
+        :mod:`keras_structured.projections.policy` says why this order keeps both): per state,
+        or with ``per_state=False`` on the batch means with one coefficient per step.
+
+        Args:
+            params: the network's parameters on the batch states.
+            old_params: the data-generating policy's parameters on the same states.
+            entropy_bound: scalar tensor, at most the entropy of ``old_params`` (per state,
+                or of their mean); :data:`NO_BOUND` when inactive.
+            kl_bound: ``eps > 0``.
+            per_state: per-state constraints instead of batch means.
+
+        Returns:
+            ``(projected_params, info)``, ``info`` the masks of the states that each
+            projection moved.
+        """
 
     @abc.abstractmethod
     def act_numpy(
@@ -201,8 +243,14 @@ class CategoricalPolicy(Policy):
         return kl_divergence(params[0], old_params[0])
 
     def project(self, params, old_params, entropy_bound, kl_bound, per_state):
-        probs, info = project_categorical(params[0], old_params[0], entropy_bound, kl_bound, per_state)
-        return (probs,), info
+        probs, info = project_categorical(
+            params[0],
+            old_params[0],
+            min_entropy=entropy_bound,
+            epsilon=kl_bound,
+            average_over_batch=not per_state,
+        )
+        return (probs,), ProjectionInfo.from_library(info)
 
     def act_numpy(self, weights, obs, rng, deterministic=False):
         logits = _numpy_forward(weights, self.activation, obs)
@@ -275,12 +323,21 @@ class GaussianPolicy(Policy):
         return kl_mean + kl_cov
 
     def project(self, params, old_params, entropy_bound, kl_bound, per_state):
+        """The KL bound is split evenly: ``eps / 2`` for the mean part, ``eps / 2`` for the
+        covariance part, so that ``KL <= eps``."""
+        half = 0.5 * kl_bound
         (mean, scale), info = project_gaussian(
-            *params, *old_params, entropy_bound, kl_bound, per_state, self.diagonal
+            *params,
+            *old_params,
+            min_entropy=entropy_bound,
+            epsilon_mean=half,
+            epsilon_cov=half,
+            average_over_batch=not per_state,
+            diagonal=self.diagonal,
         )
         if not self.diagonal and scale.shape.rank == 3:
             scale = scale[0]  # per state, a shared covariance gets the same coefficient everywhere
-        return (mean, scale), info
+        return (mean, scale), ProjectionInfo.from_library(info)
 
     def select(self, params, indices):
         if self.diagonal:

@@ -1,28 +1,13 @@
-"""GaussianProjection layer: constraints hold (checked with tfp), fit, save/load."""
+"""GaussianProjection layer: constraints hold (checked with tfp); the shared layer checks."""
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_probability as tfp
 
 from keras_structured.projections import GaussianProjection
+from tests.layer_checks import check_layer
 
 tfd = tfp.distributions
-
-
-def gaussian_policy(layer, d=2):
-    state = keras.Input((3,))
-    old_mean, old_scale = keras.Input((d,)), keras.Input((d,))
-    mean = keras.layers.Dense(d)(state)
-    scale = keras.layers.Dense(d, activation="softplus")(state)
-    inputs = [state, old_mean, old_scale]
-    projected = layer([mean, scale, old_mean, old_scale] if layer.uses_kl else [mean, scale])
-    return keras.Model(inputs, projected)
-
-
-def data(rng, n=64, d=2):
-    return [rng.normal(size=(n, 3)), rng.normal(size=(n, d)) * 0.1, np.full((n, d), 0.5)]
 
 
 def test_constraints_hold_against_tfp():
@@ -39,26 +24,36 @@ def test_constraints_hold_against_tfp():
     assert np.all(mean_part <= 0.05 + 1e-5)
 
 
-def test_fit_and_save_load(tmp_path):
+def lower_triangular(rng, n, d):
+    scale = np.tril(rng.normal(size=(n, d, d)) * 0.3, k=-1)
+    return scale + np.eye(d) * rng.uniform(0.2, 1.5, size=(n, d, 1))
+
+
+# name -> (constructor arguments, whether scales are Cholesky factors)
+LAYER_CASES = {
+    "entropy": ({"min_entropy": 2.0, "diagonal": True}, False),
+    "entropy_full_covariance": ({"min_entropy": 2.0}, True),
+    "entropy_and_kl": (
+        {"min_entropy": 0.5, "epsilon_mean": 0.1, "epsilon_cov": 0.1, "diagonal": True},
+        False,
+    ),
+    "kl_full_covariance": ({"epsilon_mean": 0.05, "epsilon_cov": 0.05, "average_over_batch": True}, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_layer_checks(name, tmp_path):
+    kwargs, full = LAYER_CASES[name]
     rng = np.random.default_rng(1)
-    model = gaussian_policy(
-        GaussianProjection(min_entropy=0.5, epsilon_mean=0.1, epsilon_cov=0.1, diagonal=True)
-    )
-    x = data(rng)
-
-    def loss(y_true, y_pred):
-        return tf.reduce_mean(tf.square(y_pred - y_true))
-
-    model.compile("adam", [loss, loss])
-    history = model.fit(x, [np.ones((64, 2)), np.ones((64, 2))], epochs=2, verbose=0)
-    assert np.isfinite(history.history["loss"]).all()
-    expected = model(x)
-    model.save(tmp_path / "policy.keras")
-    restored = keras.models.load_model(tmp_path / "policy.keras", custom_objects={"loss": loss})
-    for got, want in zip(restored(x), expected, strict=True):
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
-    graph = tf.function(model)(x)
-    np.testing.assert_allclose(graph[1].numpy(), expected[1].numpy(), rtol=1e-6)
+    n, d = 4, 2
+    if full:
+        scale, old_scale = lower_triangular(rng, n, d), lower_triangular(rng, n, d)
+    else:
+        scale, old_scale = rng.uniform(0.1, 1.5, size=(n, d)), np.full((n, d), 0.5)
+    inputs = [rng.normal(size=(n, d)), scale]
+    if "epsilon_mean" in kwargs:
+        inputs += [rng.normal(size=(n, d)) * 0.1, old_scale]
+    check_layer(GaussianProjection, kwargs, [x.astype("float32") for x in inputs], tmp_path=tmp_path)
 
 
 def test_bad_arguments():

@@ -24,6 +24,7 @@ from keras_structured.projections import (
     interpolation_coefficient,
     project,
 )
+from tests.layer_checks import check_layer
 
 RNG = np.random.default_rng(1234)
 A_POLY = RNG.normal(size=(6, 3))
@@ -253,14 +254,14 @@ def test_anchor_not_strictly_feasible_raises():
         L2Ball(1.0).project(x, anchor=[1.0, 0.0, 0.0])
 
 
-def test_nan_inputs_raise():
+def test_nan_inputs_raise_with_validate_args():
     x = tf.constant([[np.nan, 0.0]])
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        L2Ball(1.0).project(x)
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        tf.function(L1Ball(1.0).project)(x)
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        InterpolationProjection(LinfBall(1.0))(x)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or inf"):
+        L2Ball(1.0).project(x, validate_args=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or inf"):
+        tf.function(lambda v: L1Ball(1.0).project(v, validate_args=True))(x)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or inf"):
+        InterpolationProjection(LinfBall(1.0), validate_args=True)(x)
 
 
 def test_entropy_bound_above_log_k_raises():
@@ -325,43 +326,30 @@ def test_layer_validate_args_catches_a_wrong_h():
         Broken().project(x, validate_args=True)
 
 
-def test_model_fit_and_keras_save_load(tmp_path):
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((5,))
-    hidden = keras.layers.Dense(4)(inputs)
-    outputs = InterpolationProjection(
-        [L2Ball(2.0), Halfspace([1.0, 1.0, 1.0, 1.0], 1.0, interior_point=[0.0] * 4)],
-        margin=0.05,
-        validate_args=True,
-    )(hidden)
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer="adam", loss="mse")
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(64, 5)).astype("float32"), rng.normal(size=(64, 4)).astype("float32")
-    history = model.fit(x, y, epochs=2, batch_size=16, verbose=0)
-    assert len(history.history["loss"]) == 2 and np.all(np.isfinite(history.history["loss"]))
-    path = str(tmp_path / "model.keras")
-    model.save(path)
-    restored = keras.saving.load_model(path)
-    np.testing.assert_array_equal(restored.predict(x, verbose=0), model.predict(x, verbose=0))
+@pytest.mark.parametrize("name", NAMES)
+def test_layer_checks(name, tmp_path):
+    constraint, _, kind, _ = CASES[name]
+    _, x, reference = make_inputs(name, 0, 3.0, batch=4)
+    inputs = x.numpy().astype("float32")
+    if reference is not None:
+        inputs = [inputs, reference.numpy().astype("float32")]
+    layer = check_layer(
+        InterpolationProjection,
+        {"constraint": constraint, "margin": 0.05, "validate_args": True},
+        inputs,
+        tmp_path=tmp_path,
+        upstream_activation="softmax" if kind == "probs" else None,
+    )
+    if takes_logits(constraint):  # the layer returns probabilities
+        np.testing.assert_allclose(layer(inputs).numpy().sum(-1), 1.0, rtol=1e-5)
 
 
-def test_kl_layer_with_reference_fit_and_save_load(tmp_path):
-    keras.utils.set_random_seed(1)
-    logits_in, ref_in = keras.Input((3,)), keras.Input((3,))
-    logits = keras.layers.Dense(3)(logits_in)
-    probs = InterpolationProjection(
-        [EntropyLowerBound(0.3, from_logits=True), KLTrustRegion(0.2, from_logits=True)], validate_args=True
-    )([logits, ref_in])
-    model = keras.Model([logits_in, ref_in], probs)
-    model.compile(optimizer="adam", loss="categorical_crossentropy")
-    rng = np.random.default_rng(1)
-    x, ref = rng.normal(size=(32, 3)).astype("float32"), 0.3 * rng.normal(size=(32, 3)).astype("float32")
-    y = np.eye(3, dtype="float32")[rng.integers(0, 3, size=32)]
-    model.fit([x, ref], y, epochs=2, batch_size=8, verbose=0)
-    path = str(tmp_path / "kl.keras")
-    model.save(path)
-    restored = keras.saving.load_model(path)
-    out = restored.predict([x, ref], verbose=0)
-    np.testing.assert_array_equal(out, model.predict([x, ref], verbose=0))
-    np.testing.assert_allclose(out.sum(-1), 1.0, rtol=1e-5)
+def test_layer_checks_list_of_constraints(tmp_path):
+    constraints = [L2Ball(2.0), Halfspace([1.0, 1.0, 1.0, 1.0], 1.0, interior_point=[0.0] * 4)]
+    x = 3.0 * np.random.default_rng(0).normal(size=(4, 4)).astype("float32")
+    check_layer(
+        InterpolationProjection,
+        {"constraint": constraints, "margin": 0.05, "validate_args": True},
+        x,
+        tmp_path=tmp_path,
+    )

@@ -4,6 +4,7 @@ from keras_structured.engine.budget import BudgetStructure
 from keras_structured.engine.custom import CustomStructure
 from keras_structured.engine.dependency_tree import DependencyTreeStructure
 from keras_structured.engine.matching import MatchingStructure
+from keras_structured.engine.options import SolverOptions
 from keras_structured.engine.sequence import SequenceStructure, viterbi
 from keras_structured.engine.simplex import SimplexStructure
 from keras_structured.engine.solve import (
@@ -23,6 +24,7 @@ __all__ = [
     "METHODS",
     "SequenceStructure",
     "SimplexStructure",
+    "SolverOptions",
     "SparseMAPConvergenceWarning",
     "SparseMAPSolution",
     "Structure",

@@ -19,6 +19,7 @@ except handing the oracle its dense scores.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -56,6 +57,15 @@ _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 _THREADS = min(8, os.cpu_count() or 1)
 _LOGGER = logging.getLogger(__name__)
+
+
+# What the kernel returns for one example: the fields of ExampleSolution (support.py),
+# with the solver status in place of ``converged``. A collections.namedtuple, which
+# numba builds in compiled code and hands back to Python as this class.
+KernelResult = collections.namedtuple(
+    "KernelResult",
+    "u v m_indices m_values n_indices n_values codes weights weight_jacobian objective gap map_calls status",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -693,7 +703,7 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
             for j in range(m_rows.shape[1]):
                 m_rows[i, j] = order[m_rows[i, j]]
     weights = np.ascontiguousarray(kinv[1 : k + 1, 1 : k + 1].T)
-    return (
+    return KernelResult(
         u,
         v,
         m_rows,
@@ -803,9 +813,9 @@ def solve_compiled(
     """Solve every example with the compiled kernel (``exact``: to termination, see
     :func:`_solve_one`).
 
-    Returns a list of per-example tuples in the field order of
+    Returns a list of per-example :data:`KernelResult`: the fields of
     :class:`~keras_structured.engine.support.ExampleSolution`, with the solver
-    status (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
+    ``status`` (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
     batch = flat_u.shape[0]
     sizes = _sizes(lengths, batch)
@@ -831,8 +841,9 @@ def solve_compiled(
             max_iter,
             exact,
         )
-        codes = result[6].reshape((result[7].size,) + tuple(compiled.code_shape))
-        return result[:6] + (codes,) + result[7:]
+        return result._replace(
+            codes=result.codes.reshape((result.weights.size,) + tuple(compiled.code_shape))
+        )
 
     results, first = [None] * batch, 0
     if batch and not solve_one.signatures:  # this process's first call compiles or loads it

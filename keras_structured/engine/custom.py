@@ -60,6 +60,10 @@ class CustomStructure(Structure):
             raise ValueError(f"oracle must be callable. Received: oracle={oracle!r}")
         self.oracle, self.batched = oracle, bool(batched)
 
+    def code_shape(self, u_shape: tuple, v_shape: tuple) -> tuple[int, ...] | None:
+        """The codes are the structures' vectors themselves: shape ``u_shape`` (no oracle call)."""
+        return None if None in tuple(u_shape) else tuple(int(d) for d in u_shape)
+
     def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
         if self.batched:
             return self._checked(self.oracle(eta_u.copy()), eta_u.shape)

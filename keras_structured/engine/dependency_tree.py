@@ -135,6 +135,8 @@ class DependencyTreeStructure(Structure):
                 [0. , 0. , 0. ]]])
     """
 
+    lengths_from_codes = True
+
     def __init__(self, single_root: bool = False, projective: bool = False):
         self.single_root = bool(single_root)
         self.projective = bool(projective)

@@ -73,7 +73,9 @@ class SequenceStructure(Structure):
     quadratic penalty acts on ``u`` only. Start and end scores are unary scores of
     the first and last positions (see :func:`keras_structured.sparsemap_sequence`).
     Optional ``lengths`` ``(batch,)`` mark the positions past them as padding:
-    their marginals are exactly zero.
+    their marginals are exactly zero. Codes are the ``(n,)`` label sequences, ``-1``
+    past the length. A loss receives the scores packed into one ``(batch, n, K, K + 1)``
+    tensor (see :meth:`split_scores`).
 
     Example:
         >>> s = SequenceStructure()
@@ -81,6 +83,8 @@ class SequenceStructure(Structure):
         >>> m[0].tolist(), n[0, 0].tolist()
         ([[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 0.0]])
     """
+
+    lengths_from_codes = True
 
     def indicators(self, codes, u_shape, v_shape, lengths=None):
         batch, n = codes.shape
@@ -120,6 +124,36 @@ class SequenceStructure(Structure):
     def v_shape(self, u_shape):
         n, num_labels = u_shape
         return (None if n is None else max(n - 1, 0), num_labels, num_labels)
+
+    def split_scores(self, y_pred):
+        """Unary and transition scores from packed ``(batch, n, K, K + 1)`` scores.
+
+        ``y_pred[..., 0]`` holds the unary scores ``(batch, n, K)`` and
+        ``y_pred[:, i, :, 1:]`` the transition scores from position ``i`` to ``i + 1``
+        (from-label first); the last position's transition block is ignored
+        (:func:`keras_structured.ops.pack_sequence_scores` writes this layout).
+
+        Args:
+            y_pred: packed scores, a numpy array or a tensor.
+
+        Returns:
+            ``(unary (batch, n, K), pairwise (batch, n - 1, K, K))``.
+
+        Raises:
+            ValueError: unless ``y_pred`` has shape ``(batch, n, K, K + 1)``.
+
+        Example:
+            >>> unary, pairwise = SequenceStructure().split_scores(np.zeros((2, 5, 3, 4)))
+            >>> unary.shape, pairwise.shape
+            ((2, 5, 3), (2, 4, 3, 3))
+        """
+        shape = y_pred.shape
+        static = y_pred.ndim == 4 and None not in (shape[-2], shape[-1])
+        if y_pred.ndim != 4 or (static and shape[-1] != shape[-2] + 1):
+            raise ValueError(
+                f"Packed sequence scores must have shape (batch, n, K, K + 1). Received: shape={shape}"
+            )
+        return y_pred[..., 0], y_pred[:, :-1, :, 1:]
 
     def validate_shapes(self, u_shape, v_shape):
         if len(u_shape) != 2:

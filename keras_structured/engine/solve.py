@@ -18,25 +18,22 @@ import warnings
 
 import numpy as np
 
-from keras_structured.engine.active_set import ActiveSetSolver
 from keras_structured.engine.compiled_active_set import CONVERGED, solve_compiled
 from keras_structured.engine.forbidden import check_allowed, finite_mass, replace_forbidden
-from keras_structured.engine.frank_wolfe import FrankWolfeSolver
 from keras_structured.engine.jacobian import Support, jacobian_product, pad_supports
+from keras_structured.engine.options import DEFAULT_MAX_ITER, METHODS, SolverOptions, resolve_options
 from keras_structured.engine.structure import Structure
 from keras_structured.engine.support import ExampleSolution
 
-METHODS = {
-    "active_set": ActiveSetSolver,
-    "frank_wolfe": functools.partial(FrankWolfeSolver, variant="vanilla"),
-    "away_frank_wolfe": functools.partial(FrankWolfeSolver, variant="away"),
-    "pairwise_frank_wolfe": functools.partial(FrankWolfeSolver, variant="pairwise"),
-}
+__all__ = [
+    "DEFAULT_MAX_ITER",
+    "METHODS",
+    "SolverOptions",
+    "SparseMAPConvergenceWarning",
+    "SparseMAPSolution",
+    "solve",
+]
 
-
-# Default limit on MAP calls. Exact termination takes about 3n calls on trees of n words
-# (320, at most 450, for n = 100) and up to 150 on near-zero scores of an 8x5 tagger.
-DEFAULT_MAX_ITER = 1000
 # Packages whose frames a convergence warning skips to point at the user's code.
 _INTERNAL_PACKAGES = frozenset({"keras_structured", "tensorflow", "keras", "numpy"})
 
@@ -95,10 +92,11 @@ def solve(
     eta_v=None,
     *,
     lengths=None,
-    method: str = "active_set",
-    tol: float = 1e-6,
-    max_iter: int = DEFAULT_MAX_ITER,
-    exact_jacobian: bool = True,
+    options: SolverOptions | None = None,
+    method: str | None = None,
+    tol: float | None = None,
+    max_iter: int | None = None,
+    exact_jacobian: bool | None = None,
     record_history: bool = False,
     compiled: bool = True,
 ) -> SparseMAPSolution:
@@ -113,10 +111,16 @@ def solve(
         lengths: optional per-example sizes of padded inputs (integers, shape
             ``(batch,)`` or ``(batch, d)`` depending on the structure); padded parts
             of ``u`` and ``v`` are exactly zero and get zero gradient.
+        options: the solver settings, a :class:`SolverOptions` (default:
+            ``SolverOptions()``). The four arguments below are shortcuts for its fields;
+            None leaves a field to ``options`` (a keyword that disagrees with
+            ``options`` is an error).
         method: ``"active_set"`` (default), ``"frank_wolfe"``, ``"away_frank_wolfe"``
             or ``"pairwise_frank_wolfe"``.
-        tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``.
-        max_iter: maximum number of MAP calls after the warm start.
+        tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``; a finite
+            number >= 0 (default 1e-6).
+        max_iter: maximum number of MAP calls after the warm start, an integer >= 1
+            (default 1000).
         exact_jacobian: (active set) once the gap is within ``tol``, go on to the
             active set's finite termination: the MAP structure adds nothing to the
             support (it is active or in the affine hull of the active structures),
@@ -136,15 +140,23 @@ def solve(
         feasible point, get ``converged=False`` and trigger one
         :class:`SparseMAPConvergenceWarning`.
 
+    Raises:
+        ValueError: for settings that break the rules of :class:`SolverOptions`, a
+            keyword that disagrees with ``options``, or scores, lengths or shapes that
+            do not fit the structure.
+
     Example:
         >>> from keras_structured.engine import SimplexStructure
         >>> solve(SimplexStructure(), np.array([[1.0, 0.5, -1.0]])).u
         array([[0.75, 0.25, 0.  ]])
+        >>> solve(SimplexStructure(), np.array([[1.0, 0.5, -1.0]]), options=SolverOptions(tol=1e-8)).u
+        array([[0.75, 0.25, 0.  ]])
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
-    if max_iter < 0 or tol < 0:
-        raise ValueError(f"tol and max_iter must be nonnegative. Received: tol={tol}, max_iter={max_iter}")
+    options = resolve_options(
+        options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
+    )
+    method, tol, max_iter = options.method, options.tol, options.max_iter
+    exact_jacobian = options.exact_jacobian
     eta_u = np.asarray(eta_u, dtype=np.float64)
     if eta_u.ndim < 1:
         raise ValueError(f"eta_u needs a leading batch dimension. Received: eta_u.shape={eta_u.shape}")
@@ -180,7 +192,7 @@ def solve(
         oracle = structure.compiled_oracle(u_shape, v_shape)
     if oracle is not None:
         examples = [
-            ExampleSolution(*result[:-1], result[-1] == CONVERGED)
+            ExampleSolution(*result[:-1], result.status == CONVERGED)
             for result in solve_compiled(oracle, flat_u, flat_v, lengths, tol, max_iter, exact_jacobian)
         ]
         history = None

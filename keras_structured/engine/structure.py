@@ -18,6 +18,17 @@ of the indicator vectors must be zero, and padded parts of the codes must be a
 fixed value (so that equal structures have equal codes).
 
 The solvers never look inside a structure: they only call these two methods.
+
+A few more facts, with defaults that suit most structures, let the TensorFlow ops
+and losses treat every structure alike (no code outside a structure's own file
+asks which structure it holds):
+
+* :attr:`Structure.lengths_from_codes`: whether codes are ``-1`` exactly at the
+  padding, so that a loss reads the lengths of a padded batch from its labels;
+* :meth:`Structure.code_shape`: the per-example shape of a code for given score
+  shapes (for static shapes and empty batches);
+* :meth:`Structure.split_scores`: how a loss's single ``y_pred`` tensor holds
+  ``(eta_u, eta_v)`` (default: ``eta_u`` alone).
 """
 
 from __future__ import annotations
@@ -37,12 +48,20 @@ class Structure(abc.ABC):
     Subclasses implement :meth:`indicators` and either :meth:`compiled_oracle` (then
     :meth:`map` runs it on every example) or :meth:`map`, on batches, and may
     override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`validate_codes`,
-    :meth:`v_shape` and :meth:`get_config` (constructor arguments, for serialization). Every
-    subclass is registered by class name for :func:`structure_from_config`.
+    :meth:`v_shape`, :meth:`code_shape`, :meth:`split_scores`, :attr:`lengths_from_codes`
+    and :meth:`get_config` (constructor arguments, for serialization). Every subclass is
+    registered by class name for :func:`structure_from_config`.
     """
 
     #: dtype of the codes returned by :meth:`map`.
     code_dtype = np.int64
+
+    #: Whether codes are ``(batch, n)`` vectors, ``n = u_shape[0]``, that hold ``-1``
+    #: exactly at the padding (and at fixed positions of every structure, such as a
+    #: tree's root), so that the lengths of a padded batch are the per-example counts of
+    #: nonnegative codes. Losses then read the lengths from the labels ``y_true``
+    #: (sequences and dependency trees); otherwise they pass no lengths.
+    lengths_from_codes: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -103,6 +122,58 @@ class Structure(abc.ABC):
     def v_shape(self, u_shape: tuple[int, ...]) -> tuple[int, ...]:
         """Per-example shape of the higher-order part for unary shape ``u_shape``."""
         return (0,)
+
+    def code_shape(self, u_shape: tuple, v_shape: tuple) -> tuple[int, ...] | None:
+        """Per-example shape of the codes of :meth:`map` for scores of these shapes.
+
+        The default reads it from :meth:`compiled_oracle` when there is one (no
+        compilation), and otherwise from one :meth:`map` call on zero scores.
+
+        Args:
+            u_shape: per-example shape of the unary scores; dimensions may be None.
+            v_shape: per-example shape of the higher-order scores; dimensions may be None.
+
+        Returns:
+            The code shape, or None when a dimension is unknown (None).
+
+        Example:
+            >>> from keras_structured.engine import SequenceStructure
+            >>> structure = SequenceStructure()
+            >>> structure.code_shape((5, 3), (4, 3, 3)), structure.code_shape((None, 3), (None, 3, 3))
+            ((5,), None)
+        """
+        u_shape, v_shape = tuple(u_shape), tuple(v_shape)
+        if None in u_shape or None in v_shape:
+            return None
+        u_shape, v_shape = tuple(int(d) for d in u_shape), tuple(int(d) for d in v_shape)
+        compiled = self.compiled_oracle(u_shape, v_shape)
+        if compiled is not None:
+            return tuple(int(d) for d in compiled.code_shape)
+        return tuple(self.map(np.zeros((1,) + u_shape), np.zeros((1,) + v_shape)).shape[1:])
+
+    def split_scores(self, y_pred):
+        """``(eta_u, eta_v)`` from the one score tensor ``y_pred`` that a loss receives.
+
+        The default is ``(y_pred, None)``: ``y_pred`` holds the unary scores and the
+        higher-order ones are zeros (or absent). Structures with higher-order scores
+        override this with their packed layout. Overrides use plain indexing and
+        slicing only, so that it works on numpy arrays and TensorFlow tensors alike.
+
+        Args:
+            y_pred: ``(batch, ...)`` scores, a numpy array or a tensor.
+
+        Returns:
+            ``(eta_u, eta_v)``, ``eta_v`` None for zero higher-order scores.
+
+        Raises:
+            ValueError: when ``y_pred`` has the wrong rank or shape for the layout.
+
+        Example:
+            >>> from keras_structured.engine import SimplexStructure
+            >>> SimplexStructure().split_scores(np.zeros((2, 3)))[1] is None
+            True
+        """
+        return y_pred, None
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         """Raise ``ValueError`` when the score shapes do not fit the structure.

@@ -20,11 +20,12 @@ from keras_structured.engine import (
     DependencyTreeStructure,
     MatchingStructure,
     SequenceStructure,
+    SolverOptions,
     Structure,
     structure_from_config,
     structure_to_config,
 )
-from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
+from keras_structured.engine.options import resolve_options
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 
 
@@ -42,14 +43,20 @@ class SparseMAP(keras.layers.Layer):
     Args:
         structure: a :class:`keras_structured.engine.Structure` (or its config dict).
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
-        tol: relative Wolfe-gap tolerance of the solver.
-        max_iter: maximum MAP calls per example.
+        tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0
+            (default 1e-6).
+        max_iter: maximum MAP calls per example, an integer >= 1 (default 1000).
         exact_jacobian: run the active set to its finite termination, so that the
             gradient is the exact Jacobian product (default); False stops at
             ``tol``, a few MAP calls cheaper, with an approximate gradient.
         return_structures: also return the active set: the layer then returns a
             dict with ``u``, ``v``, ``weights`` ``(batch, k)`` and ``structures``
             (codes, padded with -1).
+        options: the solver settings as one
+            :class:`keras_structured.engine.SolverOptions`, instead of ``method``,
+            ``tol``, ``max_iter`` and ``exact_jacobian`` (None leaves a setting to
+            ``options``; a keyword that disagrees with it is an error). ``get_config``
+            stores the four settings as plain keys.
 
     Call arguments:
         inputs: ``eta_u`` ``(batch, *u_shape)``, or a list ``[eta_u, eta_v]``.
@@ -60,6 +67,9 @@ class SparseMAP(keras.layers.Layer):
         >>> from keras_structured.engine import SimplexStructure
         >>> SparseMAP(SimplexStructure())(np.array([[1.0, 0.5, -1.0]])).numpy()
         array([[0.75, 0.25, 0.  ]], dtype=float32)
+        >>> from keras_structured.engine import SolverOptions
+        >>> SparseMAP(SimplexStructure(), options=SolverOptions(tol=1e-8)).tol
+        1e-08
     """
 
     supports_masking = True
@@ -67,11 +77,12 @@ class SparseMAP(keras.layers.Layer):
     def __init__(
         self,
         structure: Structure | dict,
-        method: str = "active_set",
-        tol: float = 1e-6,
-        max_iter: int = DEFAULT_MAX_ITER,
-        exact_jacobian: bool = True,
+        method: str | None = None,
+        tol: float | None = None,
+        max_iter: int | None = None,
+        exact_jacobian: bool | None = None,
         return_structures: bool = False,
+        options: SolverOptions | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -82,23 +93,30 @@ class SparseMAP(keras.layers.Layer):
             structure = structure_from_config(structure)
         if not isinstance(structure, Structure):
             raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
-        if not tol >= 0 or int(max_iter) < 1:
-            raise ValueError(f"Need tol >= 0 and max_iter >= 1. Received: tol={tol}, max_iter={max_iter}")
+        self.options = resolve_options(
+            options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
+        )
         self.structure = structure
-        self.method, self.tol, self.max_iter = method, float(tol), int(max_iter)
-        self.exact_jacobian = bool(exact_jacobian)
         self.return_structures = bool(return_structures)
 
+    @property
+    def method(self) -> str:
+        return self.options.method
+
+    @property
+    def tol(self) -> float:
+        return self.options.tol
+
+    @property
+    def max_iter(self) -> int:
+        return self.options.max_iter
+
+    @property
+    def exact_jacobian(self) -> bool:
+        return self.options.exact_jacobian
+
     def _solver_options(self) -> dict:
-        return dict(
-            method=self.method,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            exact_jacobian=self.exact_jacobian,
-            return_info=self.return_structures,
-        )
+        return dict(options=self.options, return_info=self.return_structures)
 
     def _lengths(self, mask):
         return None

@@ -8,6 +8,12 @@ from keras_structured.losses.structured import (
     StructuredHingeLoss,
     StructuredPerceptronLoss,
     TreeCRFLoss,
+    linear_chain_crf_loss,
+    margin_sparsemap_loss,
+    sparsemap_loss,
+    structured_hinge_loss,
+    structured_perceptron_loss,
+    tree_crf_loss,
 )
 
 __all__ = [
@@ -18,5 +24,11 @@ __all__ = [
     "StructuredHingeLoss",
     "StructuredPerceptronLoss",
     "TreeCRFLoss",
+    "linear_chain_crf_loss",
+    "margin_sparsemap_loss",
+    "sparsemap_loss",
     "sparsemax_loss",
+    "structured_hinge_loss",
+    "structured_perceptron_loss",
+    "tree_crf_loss",
 ]

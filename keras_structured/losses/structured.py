@@ -33,36 +33,47 @@ Labels ``y_true`` are the gold structures' codes, in the structure's own format
 label sequences ``(batch, n)``,
 head vectors ``(batch, n + 1)`` (``-1`` at the root), column per row for
 matchings, 0/1 vectors for budgets. For sequences and dependency trees, ``-1``
-also marks padding at the end, and the lengths come from the labels. Invalid
+also marks padding at the end, and the lengths come from the labels (the
+structure's ``lengths_from_codes``). Invalid
 labels (an index out of range, ``-1`` inside a sequence, heads that do not form a
 tree, a column matched twice, a budget exceeded) raise
 ``tf.errors.InvalidArgumentError`` at run time, naming the first invalid example:
 the structure's ``validate_codes`` checks them where they are read, and the CRF
 losses check them with assertions.
 
-Scores ``y_pred`` are, for sequences, the packed ``(batch, n, K, K + 1)`` tensor
-of :func:`keras_structured.ops.pack_sequence_scores`, and ``eta_u`` for every
-other structure (no higher-order scores).
+Scores ``y_pred`` are split into ``(eta_u, eta_v)`` by the structure's
+``split_scores``: for sequences, the packed ``(batch, n, K, K + 1)`` tensor of
+:func:`keras_structured.ops.pack_sequence_scores`, and ``eta_u`` for every other
+built-in structure (no higher-order scores). The losses ask nothing else of a
+structure, so a new structure works with them as it is.
+
+Each loss is a function first (:func:`sparsemap_loss`, :func:`margin_sparsemap_loss`,
+:func:`structured_perceptron_loss`, :func:`structured_hinge_loss`,
+:func:`linear_chain_crf_loss`, :func:`tree_crf_loss`), returning the loss of every
+example, and a thin ``keras.losses.Loss`` class over it that stores the arguments,
+applies the reduction and serializes.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import keras
 import tensorflow as tf
 
-from keras_structured.engine import SequenceStructure, Structure, structure_from_config, structure_to_config
-from keras_structured.engine.dependency_tree import DependencyTreeStructure
-from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
+from keras_structured._validation import check_number
+from keras_structured.engine import (
+    SolverOptions,
+    Structure,
+    structure_from_config,
+    structure_to_config,
+)
+from keras_structured.engine.options import resolve_options
 from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
 from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap
-
-# Structures whose codes are -1 exactly at the padding, so that lengths follow from labels.
-_PADDED_BY_CODES = (SequenceStructure, DependencyTreeStructure)
 
 
 def _per_example_sum(x: tf.Tensor) -> tf.Tensor:
@@ -88,97 +99,263 @@ def _check_labels(y_true: tf.Tensor, size, y_pred: tf.Tensor) -> None:
         )
 
 
-def _check_cost_weight(cost_weight: float) -> float:
-    if not math.isfinite(cost_weight) or cost_weight < 0:
-        raise ValueError(f"cost_weight must be finite and nonnegative. Received: cost_weight={cost_weight}")
-    return float(cost_weight)
+def _as_structure(structure: Structure | dict) -> Structure:
+    """``structure``, rebuilt first when it is a config dict; ``ValueError`` for anything else."""
+    if isinstance(structure, dict):
+        structure = structure_from_config(structure)
+    if not isinstance(structure, Structure):
+        raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
+    return structure
+
+
+def _loss_options(options, method, tol, max_iter) -> SolverOptions:
+    """The solver options of a SparseMAP loss; ``exact_jacobian`` is off (see :func:`sparsemap_loss`)."""
+    options = resolve_options(options, method=method, tol=tol, max_iter=max_iter)
+    return dataclasses.replace(options, exact_jacobian=False) if options.exact_jacobian else options
+
+
+def _scores(structure: Structure, y_pred) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """``(eta_u, eta_v)`` from ``y_pred``, in the compute dtype, by the structure's own layout."""
+    scores = tf.convert_to_tensor(y_pred)
+    return structure.split_scores(tf.cast(scores, compute_dtype(scores)))
+
+
+def _gold(structure: Structure, y_true, y_pred, eta_u: tf.Tensor):
+    """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``).
+
+    Lengths come from the codes when the structure pads them with -1
+    (:attr:`~keras_structured.engine.Structure.lengths_from_codes`), else they are None.
+    The codes are checked by the structure's ``validate_codes`` in the numpy function
+    that reads them anyway (see :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`).
+    """
+    code_dtype = tf.as_dtype(structure.code_dtype)
+    codes = tf.convert_to_tensor(y_true)
+    # Integer codes are checked as int64, before a narrower code dtype could wrap them around.
+    codes = tf.cast(tf.round(codes), tf.int64) if code_dtype.is_integer else tf.cast(codes, code_dtype)
+    lengths = None
+    if structure.lengths_from_codes:
+        _check_labels(codes, eta_u.shape[1], y_pred)
+        lengths = _lengths_from_codes(codes)
+    np_dtype = eta_u.dtype.as_numpy_dtype
+
+    def indicators(codes, u_shape, sizes=None):
+        u_shape = tuple(int(d) for d in u_shape)
+        structure.validate_codes(codes, u_shape, sizes, name="y_true")
+        codes = codes.astype(structure.code_dtype)
+        m, n = structure.indicators(codes, u_shape, structure.v_shape(u_shape), sizes)
+        return m.astype(np_dtype), n.astype(np_dtype)
+
+    inputs = [codes, tf.shape(eta_u)[1:]] + ([] if lengths is None else [tf.cast(lengths, tf.int64)])
+    m, n = tf.numpy_function(
+        raising_invalid_scores(indicators),
+        inputs,
+        [eta_u.dtype, eta_u.dtype],
+        stateful=False,
+        name="gold_indicators",
+    )
+    m.set_shape(eta_u.shape)
+    n.set_shape(eta_u.shape[:1].concatenate(structure.v_shape(tuple(eta_u.shape[1:]))))
+    if lengths is not None:
+        # Lengths from invalid codes can be invalid too: the solver reads them after the check.
+        with tf.control_dependencies([m]):
+            lengths = tf.identity(lengths)
+    return lengths, m, n
+
+
+def _structured_loss(
+    y_true, y_pred, structure: Structure, cost_weight: float, options: SolverOptions | None
+) -> tf.Tensor:
+    """The shared formula of the SparseMAP and MAP losses, per example.
+
+    ``max_mu [<eta', mu> - q * ||u||^2 / 2] + w * sum(m) - [<eta, a> - q * ||m||^2 / 2]``
+    with cost-augmented unary scores ``eta'_u = eta_u + w * (1 - 2 m)``: SparseMAP
+    (``q = 1``) when ``options`` are given, else MAP (``q = 0``).
+    """
+    eta_u, eta_v = _scores(structure, y_pred)
+    lengths, gold_m, gold_n = _gold(structure, y_true, y_pred, eta_u)
+    cost_u = eta_u + cost_weight * (1.0 - 2.0 * gold_m) if cost_weight else eta_u
+    # Danskin: the gradient of the max is its maximiser, so the solver is not differentiated.
+    scores_u = tf.stop_gradient(cost_u)
+    scores_v = None if eta_v is None else tf.stop_gradient(eta_v)
+    if options is None:
+        u, v = map_decode(structure, scores_u, scores_v, lengths=lengths)[1:]
+    else:
+        u, v = sparsemap(structure, scores_u, scores_v, lengths=lengths, options=options)
+    loss = _inner(cost_u, u) - _inner(eta_u, gold_m) + cost_weight * _per_example_sum(gold_m)
+    if eta_v is not None:
+        loss += _inner(eta_v, v) - _inner(eta_v, gold_n)
+    if options is not None:
+        loss += _per_example_sum(tf.square(gold_m) - tf.square(u)) / 2
+    return tf.maximum(loss, 0.0)
+
+
+def sparsemap_loss(
+    y_true,
+    y_pred,
+    structure: Structure | dict,
+    options: SolverOptions | None = None,
+    *,
+    method: str | None = None,
+    tol: float | None = None,
+    max_iter: int | None = None,
+) -> tf.Tensor:
+    """SparseMAP loss per example: the Fenchel-Young loss of the quadratic regulariser on ``u``.
+
+    For scores ``eta`` and a gold structure ``a = (m, n)``,
+
+        L = max_{(u, v) in M} [<eta, (u, v)> - ||u||^2 / 2] - [<eta, a> - ||m||^2 / 2],
+
+    where the max is solved by SparseMAP (under ``stop_gradient``: by Danskin's
+    theorem ``grad_eta L = (u*, v*) - a``, so ``options.exact_jacobian`` has no
+    effect). ``L >= 0``, with equality exactly when SparseMAP returns the gold structure.
+
+    Args:
+        y_true: gold codes in the structure's format (see the module docstring; ``-1``
+            pads sequences and trees), integers or floats holding integers.
+        y_pred: scores, split by ``structure.split_scores``: packed
+            ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``.
+        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        options: the solver settings, a :class:`keras_structured.engine.SolverOptions`
+            (default ``SolverOptions()``); ``method``, ``tol`` and ``max_iter`` are
+            shortcuts for its fields (None leaves a field to ``options``).
+        method: ``"active_set"`` (default) or a Frank-Wolfe variant.
+        tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0.
+        max_iter: maximum MAP calls per example, an integer >= 1.
+
+    Returns:
+        The loss of every example, shape ``(batch,)``, in the compute dtype of ``y_pred``
+        (float32 for half precision).
+
+    Raises:
+        ValueError: at trace time, for a structure that is not one, bad solver
+            settings, or labels and scores of shapes that do not fit.
+        tf.errors.InvalidArgumentError: at run time, for invalid labels or scores.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> sparsemap_loss([1, 0], [[0.0, 5.0, 0.0], [0.0, 1.0, 0.0]], SimplexStructure()).numpy()
+        array([0., 1.], dtype=float32)
+    """
+    structure = _as_structure(structure)
+    return _structured_loss(y_true, y_pred, structure, 0.0, _loss_options(options, method, tol, max_iter))
+
+
+def margin_sparsemap_loss(
+    y_true,
+    y_pred,
+    structure: Structure | dict,
+    cost_weight: float = 1.0,
+    options: SolverOptions | None = None,
+    *,
+    method: str | None = None,
+    tol: float | None = None,
+    max_iter: int | None = None,
+) -> tf.Tensor:
+    """Margin SparseMAP loss per example: SparseMAP on Hamming-cost-augmented scores.
+
+    For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,
+
+        L = max_{(u, v) in M} [<eta, (u, v)> + w * rho(u, m) - ||u||^2 / 2] - [<eta, a> - ||m||^2 / 2],
+
+    with ``rho(u, m) = <1 - 2 m, u> + sum(m)``. ``L >= 0`` and
+    ``grad_eta L = (u*, v*) - a``.
+
+    Args:
+        y_true, y_pred, structure: as for :func:`sparsemap_loss`.
+        cost_weight: ``w >= 0``, the weight of the Hamming cost.
+        options, method, tol, max_iter: solver settings, as for :func:`sparsemap_loss`.
+
+    Returns:
+        The loss of every example, shape ``(batch,)``.
+
+    Raises:
+        ValueError: as for :func:`sparsemap_loss`, and for a negative or non-finite
+            ``cost_weight``.
+        tf.errors.InvalidArgumentError: at run time, for invalid labels or scores.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> loss = margin_sparsemap_loss([1], [[0.0, 2.0, 0.0]], SimplexStructure())
+        >>> round(float(loss[0]), 4)
+        0.3333
+    """
+    structure = _as_structure(structure)
+    cost_weight = check_number("cost_weight", cost_weight, minimum=0)
+    options = _loss_options(options, method, tol, max_iter)
+    return _structured_loss(y_true, y_pred, structure, cost_weight, options)
+
+
+def structured_perceptron_loss(y_true, y_pred, structure: Structure | dict) -> tf.Tensor:
+    """Structured perceptron loss per example (Collins, 2002): ``max_s <eta, a_s> - <eta, a>``.
+
+    The best structure's score minus the gold one's, by one MAP call
+    (:func:`keras_structured.ops.decode.map_decode`). ``L >= 0``, zero when the gold
+    structure is a MAP, and ``grad_eta L = a_MAP - a``.
+
+    Args:
+        y_true, y_pred, structure: as for :func:`sparsemap_loss`.
+
+    Returns:
+        The loss of every example, shape ``(batch,)``.
+
+    Raises:
+        ValueError: at trace time, for a structure that is not one, or labels and
+            scores of shapes that do not fit.
+        tf.errors.InvalidArgumentError: at run time, for invalid labels or scores.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> structured_perceptron_loss([1, 0], [[0.0, 0.5, 0.0]] * 2, SimplexStructure()).numpy()
+        array([0. , 0.5], dtype=float32)
+    """
+    return _structured_loss(y_true, y_pred, _as_structure(structure), 0.0, None)
+
+
+def structured_hinge_loss(y_true, y_pred, structure: Structure | dict, cost_weight: float = 1.0) -> tf.Tensor:
+    """Structured hinge loss per example, with a Hamming cost (Taskar et al., 2003).
+
+    For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,
+
+        L = max_s [<eta, a_s> + w * rho(m_s, m)] - <eta, a>,
+
+    with ``rho(u, m) = <1 - 2 m, u> + sum(m)``, by one cost-augmented MAP call.
+    ``L >= 0`` and ``grad_eta L = a_s* - a`` for the cost-augmented MAP ``s*``.
+
+    Args:
+        y_true, y_pred, structure: as for :func:`sparsemap_loss`.
+        cost_weight: ``w >= 0``, the weight of the Hamming cost.
+
+    Returns:
+        The loss of every example, shape ``(batch,)``.
+
+    Raises:
+        ValueError: as for :func:`structured_perceptron_loss`, and for a negative or
+            non-finite ``cost_weight``.
+        tf.errors.InvalidArgumentError: at run time, for invalid labels or scores.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> structured_hinge_loss([1, 1], [[0.0, 3.0, 0.0], [0.0, 0.5, 0.0]], SimplexStructure()).numpy()
+        array([0. , 1.5], dtype=float32)
+    """
+    cost_weight = check_number("cost_weight", cost_weight, minimum=0)
+    return _structured_loss(y_true, y_pred, _as_structure(structure), cost_weight, None)
 
 
 class _StructuredLoss(keras.losses.Loss):
-    """Shared machinery: scores from ``y_pred``, gold indicators from ``y_true``, the loss formula.
+    """A thin ``keras.losses.Loss`` over one of the functions above.
 
-    The loss is ``max_mu [<eta', mu> - quadratic * ||u||^2 / 2] + w * sum(m)
-    - [<eta, a> - quadratic * ||m||^2 / 2]`` with cost-augmented unary scores
-    ``eta'_u = eta_u + w * (1 - 2 m)``; subclasses say how ``mu`` is predicted.
+    It checks and stores the arguments, and ``call`` passes them to the function
+    (as Keras' ``LossFunctionWrapper`` does); ``get_config`` adds the structure and
+    the attributes named in ``_config_keys``.
     """
 
-    quadratic = False
     _config_keys: tuple[str, ...] = ()  # attributes that get_config adds to the structure
 
     def __init__(self, structure: Structure | dict, cost_weight: float, reduction, name, dtype):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        if isinstance(structure, dict):
-            structure = structure_from_config(structure)
-        if not isinstance(structure, Structure):
-            raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
-        self.structure = structure
-        self.cost_weight = _check_cost_weight(cost_weight)
-
-    def _predict(self, eta_u, eta_v, lengths):
-        """Indicator vectors ``(m, n)`` of the MAP structure (the perceptron and hinge prediction)."""
-        return map_decode(self.structure, eta_u, eta_v, lengths=lengths)[1:]
-
-    def _scores(self, y_pred):
-        """``(eta_u, eta_v)`` from ``y_pred``; ``eta_v`` is None outside sequences."""
-        scores = tf.convert_to_tensor(y_pred)
-        scores = tf.cast(scores, compute_dtype(scores))
-        if isinstance(self.structure, SequenceStructure):
-            return unpack_sequence_scores(scores)
-        return scores, None
-
-    def _gold(self, y_true, y_pred, eta_u):
-        """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``).
-
-        The codes are checked by the structure's ``validate_codes`` in the numpy function
-        that reads them anyway (see :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`).
-        """
-        code_dtype = tf.as_dtype(self.structure.code_dtype)
-        codes = tf.convert_to_tensor(y_true)
-        # Integer codes are checked as int64, before a narrower code dtype could wrap them around.
-        codes = tf.cast(tf.round(codes), tf.int64) if code_dtype.is_integer else tf.cast(codes, code_dtype)
-        lengths = None
-        if isinstance(self.structure, _PADDED_BY_CODES):
-            _check_labels(codes, eta_u.shape[1], y_pred)
-            lengths = _lengths_from_codes(codes)
-        np_dtype = eta_u.dtype.as_numpy_dtype
-
-        def indicators(codes, u_shape, sizes=None):
-            u_shape = tuple(int(d) for d in u_shape)
-            self.structure.validate_codes(codes, u_shape, sizes, name="y_true")
-            codes = codes.astype(self.structure.code_dtype)
-            m, n = self.structure.indicators(codes, u_shape, self.structure.v_shape(u_shape), sizes)
-            return m.astype(np_dtype), n.astype(np_dtype)
-
-        inputs = [codes, tf.shape(eta_u)[1:]] + ([] if lengths is None else [tf.cast(lengths, tf.int64)])
-        m, n = tf.numpy_function(
-            raising_invalid_scores(indicators),
-            inputs,
-            [eta_u.dtype, eta_u.dtype],
-            stateful=False,
-            name="gold_indicators",
-        )
-        m.set_shape(eta_u.shape)
-        n.set_shape(eta_u.shape[:1].concatenate(self.structure.v_shape(tuple(eta_u.shape[1:]))))
-        if lengths is not None:
-            # Lengths from invalid codes can be invalid too: the solver reads them after the check.
-            with tf.control_dependencies([m]):
-                lengths = tf.identity(lengths)
-        return lengths, m, n
-
-    def call(self, y_true, y_pred):
-        eta_u, eta_v = self._scores(y_pred)
-        lengths, gold_m, gold_n = self._gold(y_true, y_pred, eta_u)
-        cost_u = eta_u + self.cost_weight * (1.0 - 2.0 * gold_m) if self.cost_weight else eta_u
-        # Danskin: the gradient of the max is its maximiser, so the solver is not differentiated.
-        u, v = self._predict(
-            tf.stop_gradient(cost_u), None if eta_v is None else tf.stop_gradient(eta_v), lengths
-        )
-        loss = _inner(cost_u, u) - _inner(eta_u, gold_m) + self.cost_weight * _per_example_sum(gold_m)
-        if eta_v is not None:
-            loss += _inner(eta_v, v) - _inner(eta_v, gold_n)
-        if self.quadratic:
-            loss += _per_example_sum(tf.square(gold_m) - tf.square(u)) / 2
-        return tf.maximum(loss, 0.0)
+        self.structure = _as_structure(structure)
+        self.cost_weight = check_number("cost_weight", cost_weight, minimum=0)
 
     def get_config(self):
         config = super().get_config()
@@ -188,30 +365,29 @@ class _StructuredLoss(keras.losses.Loss):
 
 
 class _SparseMAPLossBase(_StructuredLoss):
-    """Predicts with SparseMAP (quadratic regulariser); stores the solver options."""
+    """Stores the solver options of a SparseMAP loss, checked once.
 
-    quadratic = True
+    ``options.exact_jacobian`` has no effect: by Danskin's theorem the solver is not
+    differentiated, so it always stops at ``tol`` (and ``get_config`` does not store it).
+    """
+
     _config_keys = ("method", "tol", "max_iter")
 
-    def __init__(self, structure, cost_weight, method, tol, max_iter, reduction, name, dtype):
+    def __init__(self, structure, cost_weight, method, tol, max_iter, reduction, name, dtype, options):
         super().__init__(structure, cost_weight, reduction, name, dtype)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
-        if not tol >= 0 or int(max_iter) < 1:
-            raise ValueError(f"Need tol >= 0 and max_iter >= 1. Received: tol={tol}, max_iter={max_iter}")
-        self.method, self.tol, self.max_iter = method, float(tol), int(max_iter)
+        self.options = resolve_options(options, method=method, tol=tol, max_iter=max_iter)
 
-    def _predict(self, eta_u, eta_v, lengths):
-        return sparsemap(
-            self.structure,
-            eta_u,
-            eta_v,
-            lengths=lengths,
-            method=self.method,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            exact_jacobian=False,  # Danskin: the solver is not differentiated
-        )
+    @property
+    def method(self) -> str:
+        return self.options.method
+
+    @property
+    def tol(self) -> float:
+        return self.options.tol
+
+    @property
+    def max_iter(self) -> int:
+        return self.options.max_iter
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -224,18 +400,26 @@ class SparseMAPLoss(_SparseMAPLossBase):
 
     where the max is solved by SparseMAP. ``L >= 0``, with equality exactly when
     SparseMAP returns the gold structure (its scores win by a margin), and
-    ``grad_eta L = (u*, v*) - a``: only a few structures get gradient.
+    ``grad_eta L = (u*, v*) - a``: only a few structures get gradient. The loss of
+    each example is :func:`sparsemap_loss`.
 
     Args:
         structure: a :class:`keras_structured.engine.Structure` (or its config dict).
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
-        tol: relative Wolfe-gap tolerance of the solver.
-        max_iter: maximum MAP calls per example.
+        tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0
+            (default 1e-6).
+        max_iter: maximum MAP calls per example, an integer >= 1 (default 1000).
         reduction, name, dtype: as for ``keras.losses.Loss``.
+        options: the solver settings as one
+            :class:`keras_structured.engine.SolverOptions`, instead of ``method``,
+            ``tol`` and ``max_iter`` (None leaves a setting to ``options``; a keyword
+            that disagrees with it is an error). Its ``exact_jacobian`` has no effect:
+            the loss does not differentiate the solver.
 
     Call arguments:
         y_true: gold codes (see the module docstring; ``-1`` pads sequences and trees).
-        y_pred: scores: packed ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``.
+        y_pred: scores: packed ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``
+            (the structure's ``split_scores`` layout).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -247,14 +431,18 @@ class SparseMAPLoss(_SparseMAPLossBase):
     def __init__(
         self,
         structure: Structure | dict,
-        method: str = "active_set",
-        tol: float = 1e-6,
-        max_iter: int = DEFAULT_MAX_ITER,
+        method: str | None = None,
+        tol: float | None = None,
+        max_iter: int | None = None,
         reduction: str = "sum_over_batch_size",
         name: str = "sparsemap_loss",
         dtype=None,
+        options: SolverOptions | None = None,
     ):
-        super().__init__(structure, 0.0, method, tol, max_iter, reduction, name, dtype)
+        super().__init__(structure, 0.0, method, tol, max_iter, reduction, name, dtype, options)
+
+    def call(self, y_true, y_pred):
+        return sparsemap_loss(y_true, y_pred, self.structure, self.options)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -268,12 +456,13 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
     with ``rho(u, m) = <1 - 2 m, u> + sum(m)`` (Hamming distance for 0/1 ``u``):
     SparseMAP on the cost-augmented scores ``eta_u + w * (1 - 2 m)``. ``L >= 0``,
     zero when the gold structure wins by a margin growing with the cost, and
-    ``grad_eta L = (u*, v*) - a``.
+    ``grad_eta L = (u*, v*) - a``. The loss of each example is
+    :func:`margin_sparsemap_loss`.
 
     Args:
         structure: a :class:`keras_structured.engine.Structure` (or its config dict).
         cost_weight: ``w >= 0``, the weight of the Hamming cost.
-        method, tol, max_iter: solver options, as for :class:`SparseMAPLoss`.
+        method, tol, max_iter, options: solver settings, as for :class:`SparseMAPLoss`.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
     Example:
@@ -289,14 +478,18 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
         self,
         structure: Structure | dict,
         cost_weight: float = 1.0,
-        method: str = "active_set",
-        tol: float = 1e-6,
-        max_iter: int = DEFAULT_MAX_ITER,
+        method: str | None = None,
+        tol: float | None = None,
+        max_iter: int | None = None,
         reduction: str = "sum_over_batch_size",
         name: str = "margin_sparsemap_loss",
         dtype=None,
+        options: SolverOptions | None = None,
     ):
-        super().__init__(structure, cost_weight, method, tol, max_iter, reduction, name, dtype)
+        super().__init__(structure, cost_weight, method, tol, max_iter, reduction, name, dtype, options)
+
+    def call(self, y_true, y_pred):
+        return margin_sparsemap_loss(y_true, y_pred, self.structure, self.cost_weight, self.options)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -305,7 +498,8 @@ class StructuredPerceptronLoss(_StructuredLoss):
 
     The best structure's score minus the gold one's, by one MAP call
     (:func:`keras_structured.ops.decode.map_decode`). ``L >= 0``, zero when the
-    gold structure is a MAP, and ``grad_eta L = a_MAP - a``.
+    gold structure is a MAP, and ``grad_eta L = a_MAP - a``. The loss of each
+    example is :func:`structured_perceptron_loss`.
 
     Args:
         structure: a :class:`keras_structured.engine.Structure` (or its config dict).
@@ -327,6 +521,9 @@ class StructuredPerceptronLoss(_StructuredLoss):
     ):
         super().__init__(structure, 0.0, reduction, name, dtype)
 
+    def call(self, y_true, y_pred):
+        return structured_perceptron_loss(y_true, y_pred, self.structure)
+
 
 @keras.saving.register_keras_serializable(package="keras_structured")
 class StructuredHingeLoss(_StructuredLoss):
@@ -339,7 +536,8 @@ class StructuredHingeLoss(_StructuredLoss):
     with the Hamming cost ``rho(u, m) = <1 - 2 m, u> + sum(m)``, by one
     cost-augmented MAP call. ``L >= 0``, zero when the gold structure beats every
     other by at least ``w`` times their Hamming distance, and
-    ``grad_eta L = a_s* - a`` for the cost-augmented MAP ``s*``.
+    ``grad_eta L = a_s* - a`` for the cost-augmented MAP ``s*``. The loss of each
+    example is :func:`structured_hinge_loss`.
 
     Args:
         structure: a :class:`keras_structured.engine.Structure` (or its config dict).
@@ -364,6 +562,9 @@ class StructuredHingeLoss(_StructuredLoss):
         dtype=None,
     ):
         super().__init__(structure, cost_weight, reduction, name, dtype)
+
+    def call(self, y_true, y_pred):
+        return structured_hinge_loss(y_true, y_pred, self.structure, self.cost_weight)
 
 
 def _labels(y_true) -> tf.Tensor:
@@ -429,6 +630,79 @@ def _checked_heads(heads: tf.Tensor, single_root: bool) -> tf.Tensor:
     return _checked_labels(heads, trees, expected)
 
 
+def linear_chain_crf_loss(y_true, y_pred) -> tf.Tensor:
+    """Linear-chain CRF loss per example: the negative log-likelihood ``log Z(eta) - <eta, a>``.
+
+    ``log Z`` is computed by the forward algorithm
+    (:func:`keras_structured.ops.crf.linear_chain_crf_log_partition`); the gradient
+    is the CRF marginals minus the gold indicators. Pure TensorFlow.
+
+    Args:
+        y_true: ``(batch, n)`` gold labels, ``-1`` past each sequence's length.
+        y_pred: packed ``(batch, n, K, K + 1)`` scores
+            (:func:`keras_structured.ops.pack_sequence_scores`).
+
+    Returns:
+        The loss of every example, shape ``(batch,)``.
+
+    Raises:
+        ValueError: at trace time, for labels or scores of the wrong shape.
+        tf.errors.InvalidArgumentError: at run time, for labels out of range or
+            ``-1`` inside a sequence.
+
+    Example:
+        >>> from keras_structured.ops import pack_sequence_scores
+        >>> scores = pack_sequence_scores(tf.zeros([1, 3, 2]), tf.zeros([2, 2]))
+        >>> round(float(linear_chain_crf_loss([[0, 1, -1]], scores)[0]), 4)  # log(2 ** 2)
+        1.3863
+    """
+    scores = tf.convert_to_tensor(y_pred)
+    unary, pairwise = unpack_sequence_scores(tf.cast(scores, compute_dtype(scores)))
+    tags = _labels(y_true)
+    _check_labels(tags, unary.shape[1], scores)
+    tags = _checked_tags(tags, tf.shape(unary)[-1])
+    lengths = _lengths_from_codes(tags)
+    gold_m = tf.one_hot(tags, tf.shape(unary)[-1], dtype=unary.dtype)
+    gold_n = gold_m[:, :-1, :, None] * gold_m[:, 1:, None, :]
+    log_z = linear_chain_crf_log_partition(unary, pairwise, lengths=lengths)
+    return tf.maximum(log_z - _inner(unary, gold_m) - _inner(pairwise, gold_n), 0.0)
+
+
+def tree_crf_loss(y_true, y_pred, single_root: bool = False) -> tf.Tensor:
+    """Dependency-tree CRF loss per example: ``log Z(eta) - sum_{(h, m) in gold} eta[h, m]``.
+
+    ``log Z`` sums over all non-projective trees by the matrix-tree theorem
+    (:func:`keras_structured.ops.crf.tree_crf_log_partition`); the gradient is the
+    arc marginals minus the gold arcs. Pure TensorFlow.
+
+    Args:
+        y_true: ``(batch, n + 1)`` gold heads, ``-1`` at the root and past each
+            sentence's length.
+        y_pred: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``.
+        single_root: normalise over trees with exactly one word attached to the root.
+
+    Returns:
+        The loss of every example, shape ``(batch,)``.
+
+    Raises:
+        ValueError: at trace time, for labels or scores of the wrong shape.
+        tf.errors.InvalidArgumentError: at run time, for heads that are not trees.
+
+    Example:
+        >>> round(float(tree_crf_loss([[-1, 0, 1]], tf.zeros([1, 3, 3]))[0]), 4)  # log(3)
+        1.0986
+    """
+    single_root = bool(single_root)
+    scores = tf.convert_to_tensor(y_pred)
+    scores = tf.cast(scores, compute_dtype(scores))
+    heads = _labels(y_true)
+    _check_labels(heads, scores.shape[-1], scores)
+    heads = _checked_heads(heads, single_root)
+    gold = tf.linalg.matrix_transpose(tf.one_hot(heads, tf.shape(scores)[-1], dtype=scores.dtype))
+    log_z = tree_crf_log_partition(scores, _lengths_from_codes(heads), single_root=single_root)
+    return tf.maximum(log_z - _inner(scores, gold), 0.0)
+
+
 @keras.saving.register_keras_serializable(package="keras_structured")
 class LinearChainCRFLoss(keras.losses.Loss):
     """Linear-chain CRF loss: the negative log-likelihood ``log Z(eta) - <eta, a>``.
@@ -436,7 +710,8 @@ class LinearChainCRFLoss(keras.losses.Loss):
     ``log Z`` is computed by the forward algorithm
     (:func:`keras_structured.ops.crf.linear_chain_crf_log_partition`); the
     gradient is the CRF marginals minus the gold indicators. ``L > 0``, and it
-    tends to zero as the gold sequence's score margin grows. Pure TensorFlow.
+    tends to zero as the gold sequence's score margin grows. Pure TensorFlow. The
+    loss of each example is :func:`linear_chain_crf_loss`.
 
     Args:
         reduction, name, dtype: as for ``keras.losses.Loss``.
@@ -459,16 +734,7 @@ class LinearChainCRFLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def call(self, y_true, y_pred):
-        scores = tf.convert_to_tensor(y_pred)
-        unary, pairwise = unpack_sequence_scores(tf.cast(scores, compute_dtype(scores)))
-        tags = _labels(y_true)
-        _check_labels(tags, unary.shape[1], scores)
-        tags = _checked_tags(tags, tf.shape(unary)[-1])
-        lengths = _lengths_from_codes(tags)
-        gold_m = tf.one_hot(tags, tf.shape(unary)[-1], dtype=unary.dtype)
-        gold_n = gold_m[:, :-1, :, None] * gold_m[:, 1:, None, :]
-        log_z = linear_chain_crf_log_partition(unary, pairwise, lengths=lengths)
-        return tf.maximum(log_z - _inner(unary, gold_m) - _inner(pairwise, gold_n), 0.0)
+        return linear_chain_crf_loss(y_true, y_pred)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -477,7 +743,8 @@ class TreeCRFLoss(keras.losses.Loss):
 
     ``log Z`` sums over all non-projective trees by the matrix-tree theorem
     (:func:`keras_structured.ops.crf.tree_crf_log_partition`); the gradient is
-    the arc marginals minus the gold arcs. Pure TensorFlow.
+    the arc marginals minus the gold arcs. Pure TensorFlow. The loss of each
+    example is :func:`tree_crf_loss`.
 
     Args:
         single_root: normalise over trees with exactly one word attached to the root.
@@ -504,14 +771,7 @@ class TreeCRFLoss(keras.losses.Loss):
         self.single_root = bool(single_root)
 
     def call(self, y_true, y_pred):
-        scores = tf.convert_to_tensor(y_pred)
-        scores = tf.cast(scores, compute_dtype(scores))
-        heads = _labels(y_true)
-        _check_labels(heads, scores.shape[-1], scores)
-        heads = _checked_heads(heads, self.single_root)
-        gold = tf.linalg.matrix_transpose(tf.one_hot(heads, tf.shape(scores)[-1], dtype=scores.dtype))
-        log_z = tree_crf_log_partition(scores, _lengths_from_codes(heads), single_root=self.single_root)
-        return tf.maximum(log_z - _inner(scores, gold), 0.0)
+        return tree_crf_loss(y_true, y_pred, self.single_root)
 
     def get_config(self):
         config = super().get_config()

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from keras_structured.engine import Structure
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
-from keras_structured.ops.sparsemap_op import code_shape, prepare_scores, raising_invalid_scores
+from keras_structured.ops.sparsemap_op import prepare_scores, raising_invalid_scores
 
 
 def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
@@ -30,8 +30,8 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         the structure's ``code_dtype`` (int64 unless it says otherwise),
         and their indicator vectors ``m`` ``(batch, *u_shape)`` and ``n``
         ``(batch, *v_shape)`` in the dtype of ``eta_u``. Shapes are static where
-        the score shapes are (the code shape then comes from one MAP call on zero
-        scores at trace time).
+        the score shapes are (the code shape then comes from the structure's
+        :meth:`~keras_structured.engine.Structure.code_shape`).
 
     Raises:
         ValueError: at trace time, for shapes that do not fit the structure.
@@ -56,7 +56,7 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
     def decode(values_u, values_v, sizes=None):
         batch = values_u.shape[0]
         if batch == 0:  # an empty shard of a distributed batch
-            shape = code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+            shape = structure.code_shape(values_u.shape[1:], values_v.shape[1:])
             empty_codes = np.zeros((0,) + shape, dtype=structure.code_dtype)
             return empty_codes, values_u.astype(np_dtype), values_v.astype(np_dtype)
         flat_u, flat_v = values_u.reshape(batch, -1), values_v.reshape(batch, -1)
@@ -78,7 +78,7 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         stateful=False,
         name="map_decode",
     )
-    static_code_shape = code_shape(structure, u_shape, v_shape)
+    static_code_shape = structure.code_shape(u_shape, v_shape)
     if static_code_shape is not None:
         codes.set_shape((eta_u.shape[0],) + static_code_shape)
     m.set_shape(eta_u.shape)

@@ -3,12 +3,16 @@
 A Keras loss sees one ``y_pred`` tensor, so sequence scores travel packed as
 ``(batch, n, K, K + 1)``: ``[..., 0]`` holds the unary scores ``(batch, n, K)``
 and ``[:, i, :, 1:]`` the transition scores from position ``i`` to ``i + 1``
-(from-label first); the last position's transition block is ignored.
+(from-label first); the last position's transition block is ignored. The
+structure itself reads this layout
+(:meth:`keras_structured.engine.SequenceStructure.split_scores`).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from keras_structured.engine.sequence import SequenceStructure
 
 
 def pack_sequence_scores(unary, transitions) -> tf.Tensor:
@@ -41,14 +45,12 @@ def pack_sequence_scores(unary, transitions) -> tf.Tensor:
 def unpack_sequence_scores(packed) -> tuple[tf.Tensor, tf.Tensor]:
     """Inverse of :func:`pack_sequence_scores`: ``(unary, pairwise (batch, n - 1, K, K))``.
 
+    The layout is :meth:`keras_structured.engine.SequenceStructure.split_scores`, which
+    this calls; it raises ``ValueError`` unless ``packed`` is ``(batch, n, K, K + 1)``.
+
     Example:
         >>> unary, pairwise = unpack_sequence_scores(tf.zeros([2, 5, 3, 4]))
         >>> unary.shape, pairwise.shape
         (TensorShape([2, 5, 3]), TensorShape([2, 4, 3, 3]))
     """
-    packed = tf.convert_to_tensor(packed)
-    if packed.shape.rank != 4 or (packed.shape[-1] is not None and packed.shape[-1] != packed.shape[-2] + 1):
-        raise ValueError(
-            f"Packed sequence scores must have shape (batch, n, K, K + 1). Received: shape={packed.shape}"
-        )
-    return packed[..., 0], packed[:, :-1, :, 1:]
+    return SequenceStructure().split_scores(tf.convert_to_tensor(packed))

@@ -17,9 +17,9 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from keras_structured.engine import SequenceStructure, Structure, solve
+from keras_structured.engine import SequenceStructure, SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
-from keras_structured.engine.solve import DEFAULT_MAX_ITER, METHODS
+from keras_structured.engine.options import resolve_options
 from keras_structured.ops.dtypes import compute_dtype
 
 
@@ -56,14 +56,6 @@ def flatten_examples(x: tf.Tensor) -> tf.Tensor:
     """``x`` as ``(batch, size)``, also for an empty batch (where ``-1`` cannot be inferred)."""
     shape = tf.shape(x)
     return tf.reshape(x, tf.stack([shape[0], tf.reduce_prod(shape[1:])]))
-
-
-def code_shape(structure: Structure, u_shape: tuple, v_shape: tuple) -> tuple | None:
-    """Per-example code shape, from one MAP call on zero scores; None unless the score
-    shapes are static."""
-    if None in u_shape or None in v_shape:
-        return None
-    return structure.map(np.zeros((1,) + tuple(u_shape)), np.zeros((1,) + tuple(v_shape))).shape[1:]
 
 
 def _pad_codes(structures, weights, shape, np_dtype, code_dtype):
@@ -153,10 +145,11 @@ def sparsemap(
     eta_v=None,
     *,
     lengths=None,
-    method: str = "active_set",
-    tol: float = 1e-6,
-    max_iter: int = DEFAULT_MAX_ITER,
-    exact_jacobian: bool = True,
+    options: SolverOptions | None = None,
+    method: str | None = None,
+    tol: float | None = None,
+    max_iter: int | None = None,
+    exact_jacobian: bool | None = None,
     return_info: bool = False,
 ):
     """Batched SparseMAP with a closed-form gradient.
@@ -170,10 +163,14 @@ def sparsemap(
         lengths: optional integer per-example sizes of padded inputs, shape
             ``(batch,)`` or ``(batch, d)`` as the structure expects; padded parts of
             ``u`` and ``v`` are exactly zero and get zero gradient.
+        options: the solver settings, a :class:`keras_structured.engine.SolverOptions`
+            (default: ``SolverOptions()``), checked once and passed to the engine as
+            they are. The four arguments below are shortcuts for its fields; None
+            leaves a field to ``options``.
         method: ``"active_set"`` (default) or a Frank-Wolfe variant, see
             :func:`keras_structured.engine.solve`.
-        tol: relative Wolfe-gap tolerance.
-        max_iter: maximum MAP calls after the warm start.
+        tol: relative Wolfe-gap tolerance, a finite number >= 0 (default 1e-6).
+        max_iter: maximum MAP calls after the warm start, an integer >= 1 (default 1000).
         exact_jacobian: (active set) run the solver on past ``tol`` to its finite
             termination, so that the gradient is the exact Jacobian product (the
             default); False stops at ``tol``, a few MAP calls cheaper, with a
@@ -189,7 +186,9 @@ def sparsemap(
         dict when ``return_info``.
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit the structure.
+        ValueError: at trace time, for shapes that do not fit the structure, solver
+            settings that break the rules of ``SolverOptions``, or a keyword that
+            disagrees with ``options``.
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
             ``-inf`` scores (forbidden parts) rule out every structure (an
             :class:`InvalidScoresError`, also a ``ValueError``, in eager mode).
@@ -200,8 +199,9 @@ def sparsemap(
         >>> u.numpy()
         array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}. Received: method={method!r}")
+    options = resolve_options(
+        options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
+    )
     eta_u = tf.convert_to_tensor(eta_u)
     inputs = prepare_scores(structure, eta_u, eta_v, lengths)
     scores_u, scores_v = inputs[:2]
@@ -209,16 +209,7 @@ def sparsemap(
     np_dtype = dtype.as_numpy_dtype
 
     def forward(values_u, values_v, sizes=None):
-        solution = solve(
-            structure,
-            values_u,
-            values_v,
-            lengths=sizes,
-            method=method,
-            tol=tol,
-            max_iter=max_iter,
-            exact_jacobian=exact_jacobian,
-        )
+        solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
         support = solution.support
         outputs = (
             solution.u.astype(np_dtype, copy=False),
@@ -231,10 +222,10 @@ def sparsemap(
         )
         if not return_info:  # every output costs a conversion to a tensor
             return outputs
-        shape = (  # one MAP call on zero scores only for an empty batch
+        shape = (
             solution.structures[0].shape[1:]
             if solution.structures
-            else code_shape(structure, values_u.shape[1:], values_v.shape[1:])
+            else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
         )
         codes, weights = _pad_codes(
             solution.structures, solution.weights, shape, np_dtype, structure.code_dtype
@@ -301,7 +292,8 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
             label at position ``lengths - 1`` when lengths are given).
         lengths: optional ``(batch,)`` integer lengths; positions past them are
             padding with zero marginals and zero gradient.
-        **kwargs: forwarded to :func:`sparsemap`.
+        **kwargs: forwarded to :func:`sparsemap` (``options``, ``method``, ``tol``,
+            ``max_iter``, ``exact_jacobian``, ``return_info``).
 
     Returns:
         ``u`` ``(batch, n, K)`` label marginals, ``v`` ``(batch, n - 1, K, K)``

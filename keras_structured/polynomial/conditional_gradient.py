@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import softmax
 
+from keras_structured._validation import check_integer
 from keras_structured.polynomial.basis_selection import select_basis
 from keras_structured.polynomial.losses import Loss, get_loss
 from keras_structured.polynomial.penalties import Penalty, get_penalty
@@ -334,13 +335,6 @@ def conditional_gradient(
     return TrainingResult(basis, output_weights, np.asarray(gaps), np.asarray(objectives), converged)
 
 
-def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
-
-
 class PolynomialNetworkEstimator(abc.ABC):
     """Shared fitting logic of the conditional-gradient estimators (see :func:`conditional_gradient`).
 
@@ -391,8 +385,8 @@ class PolynomialNetworkEstimator(abc.ABC):
         if not tol >= 0:
             raise ValueError(f"tol must be >= 0. Received: tol={tol!r}")
         for name, value in (("max_iter", max_iter), ("power_iter", power_iter), ("refit_iter", refit_iter)):
-            _check_positive_int(name, value)
-        _check_positive_int("max_basis", max_basis, allow_none=True)
+            check_integer(name, value, minimum=1)
+        check_integer("max_basis", max_basis, minimum=1, allow_none=True)
         self.loss = loss
         self.penalty = penalty
         self.tau = tau

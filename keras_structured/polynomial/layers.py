@@ -8,18 +8,11 @@ arguments and weights and delegate.
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 import tensorflow as tf
 
+from keras_structured._validation import check_integer
 from keras_structured.polynomial import _ops
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
-    return int(value)
 
 
 class _SharedBasisLayer(keras.layers.Layer):
@@ -36,8 +29,8 @@ class _SharedBasisLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.units = _positive_int("units", units)
-        self.rank = _positive_int("rank", rank)
+        self.units = check_integer("units", units, minimum=1)
+        self.rank = check_integer("rank", rank, minimum=1)
         self.basis_initializer = keras.initializers.get(basis_initializer)
         self.output_initializer = keras.initializers.get(output_initializer)
         self.basis_regularizer = keras.regularizers.get(basis_regularizer)

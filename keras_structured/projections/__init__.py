@@ -2,10 +2,25 @@
 
 ``g(x) = x`` if ``h(x) <= 0`` else ``x0 + eta (x - x0)`` with ``eta = h(x0) / (h(x0) - h(x))``
 for a strictly feasible anchor ``x0``: cheap, always feasible, differentiable.
+
+Constraints declare their input space (``Constraint.input_space``: points, probabilities
+or logits) and accept tensor bounds (one for the batch, or one per row).
+:func:`project_categorical` and :func:`project_gaussian` project policies onto an entropy
+bound and a KL trust region, entropy first (:mod:`keras_structured.projections.policy`).
 """
 
 from keras_structured.projections.categorical import EntropyLowerBound, KLTrustRegion, entropy, kl_divergence
-from keras_structured.projections.constraints import Constraint, Intersection, UserConstraint, project
+from keras_structured.projections.constraints import (
+    INPUT_SPACES,
+    LOGITS,
+    POINTS,
+    PROBABILITIES,
+    Constraint,
+    Intersection,
+    UserConstraint,
+    check_bound,
+    project,
+)
 from keras_structured.projections.gaussian import (
     gaussian_entropy,
     gaussian_kl_parts,
@@ -17,9 +32,14 @@ from keras_structured.projections.interpolate import interpolate, interpolation_
 from keras_structured.projections.layer import InterpolationProjection
 from keras_structured.projections.minimize import minimize, projected_interpolation_descent
 from keras_structured.projections.norm_balls import L1Ball, L2Ball, LinfBall
+from keras_structured.projections.policy import ProjectionInfo, project_categorical, project_gaussian
 from keras_structured.projections.polytopes import Halfspace, Monotone, Polytope, affine_rows_eta
 
 __all__ = [
+    "INPUT_SPACES",
+    "LOGITS",
+    "POINTS",
+    "PROBABILITIES",
     "Constraint",
     "EntropyLowerBound",
     "GaussianProjection",
@@ -32,8 +52,10 @@ __all__ = [
     "LinfBall",
     "Monotone",
     "Polytope",
+    "ProjectionInfo",
     "UserConstraint",
     "affine_rows_eta",
+    "check_bound",
     "entropy",
     "gaussian_entropy",
     "gaussian_kl_parts",
@@ -43,6 +65,8 @@ __all__ = [
     "minimize",
     "mix",
     "project",
+    "project_categorical",
+    "project_gaussian",
     "project_gaussian_entropy",
     "project_gaussian_kl",
     "projected_interpolation_descent",

@@ -1,8 +1,10 @@
 """Constraints on categorical distributions (last axis): minimum entropy and KL trust region.
 
 Both are convex in the probabilities, so the interpolation happens between
-probability vectors and stays on the simplex. With ``from_logits=True`` inputs (and the
+probability vectors and stays on the simplex. Their input space is
+``"probabilities"``, or with ``from_logits=True`` ``"logits"``: inputs (and the
 reference) are mapped by ``softmax`` first and the projection returns probabilities.
+The bounds may be tensors: a scalar for the batch or one value per row (e.g. per state).
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured.projections.constraints import Constraint
+from keras_structured.projections.constraints import (
+    LOGITS,
+    PROBABILITIES,
+    Bound,
+    Constraint,
+    bound_config,
+    bound_tensor,
+    check_bound,
+    static_bound,
+)
 
 
 def entropy(probs: tf.Tensor) -> tf.Tensor:
@@ -43,13 +54,7 @@ def kl_divergence(p: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
 
 class _Categorical(Constraint):
     def __init__(self, from_logits: bool = False):
-        self.from_logits = bool(from_logits)
-
-    def prepare(self, x, reference=None):
-        if self.from_logits:
-            x = tf.nn.softmax(x, axis=-1)
-            reference = None if reference is None else tf.nn.softmax(reference, axis=-1)
-        return x, reference
+        self.input_space = LOGITS if from_logits else PROBABILITIES
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -57,7 +62,9 @@ class EntropyLowerBound(_Categorical):
     """``H(p) >= min_entropy``: ``h(p) = min_entropy - H(p)`` (convex); anchor: uniform.
 
     Args:
-        min_entropy: the bound in nats; must be below ``log K`` for ``K`` categories.
+        min_entropy: the bound in nats, below ``log K`` for ``K`` categories: a number,
+            or a scalar or ``(batch,)`` array or tensor (one bound per row). A symbolic
+            tensor at or above ``log K`` is reported at run time by the anchor check.
         from_logits: whether inputs are logits (projected as ``softmax(logits)``).
 
     Example:
@@ -67,29 +74,36 @@ class EntropyLowerBound(_Categorical):
         True
     """
 
-    def __init__(self, min_entropy: float, from_logits: bool = False):
+    def __init__(self, min_entropy: Bound, from_logits: bool = False):
         super().__init__(from_logits)
-        if not np.isfinite(min_entropy):
-            raise ValueError(f"min_entropy must be finite. Received: min_entropy={min_entropy!r}")
-        self.min_entropy = float(min_entropy)
+        self.min_entropy = check_bound("min_entropy", min_entropy)
 
     def check_categories(self, num_categories: int | None) -> None:
-        """Raises ``ValueError`` if ``min_entropy >= log(num_categories)`` (uniform infeasible)."""
-        if num_categories is not None and self.min_entropy >= math.log(num_categories):
+        """Raises ``ValueError`` if ``min_entropy >= log(num_categories)`` (uniform infeasible).
+
+        Only bounds whose values are known (not symbolic tensors) are checked.
+        """
+        values = static_bound(self.min_entropy)
+        if num_categories is not None and values is not None and np.any(values >= math.log(num_categories)):
+            received = self.min_entropy if isinstance(self.min_entropy, float) else values.tolist()
             raise ValueError(
                 f"min_entropy must be < log(K) = {math.log(num_categories)!r} for K={num_categories} "
-                f"categories (the maximum entropy). Received: min_entropy={self.min_entropy!r}"
+                f"categories (the maximum entropy). Received: min_entropy={received!r}"
             )
 
+    def check_input_shape(self, input_shape):
+        self.check_categories(input_shape[-1])
+
     def h(self, x, reference=None):
-        return tf.cast(self.min_entropy, x.dtype) - entropy(x)
+        entropies = entropy(x)
+        return bound_tensor(self.min_entropy, entropies) - entropies
 
     def anchor(self, x, reference=None):
         self.check_categories(x.shape[-1])
         return tf.ones_like(x) / tf.cast(tf.shape(x)[-1], x.dtype)
 
     def get_config(self):
-        return {"min_entropy": self.min_entropy, "from_logits": self.from_logits}
+        return {"min_entropy": bound_config("min_entropy", self.min_entropy), "from_logits": self.from_logits}
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -102,7 +116,9 @@ class KLTrustRegion(_Categorical):
     ``eta = 0`` and the output is ``q``, with finite gradients (see :func:`kl_divergence`).
 
     Args:
-        epsilon: positive trust-region size (nats).
+        epsilon: positive trust-region size (nats): a number, or a scalar or ``(batch,)``
+            array or tensor (one size per row). A symbolic tensor that is not positive is
+            reported at run time by the anchor check (``h(q) = -epsilon``).
         from_logits: whether inputs and reference are logits.
         reverse: use ``KL(q || p)``.
 
@@ -116,11 +132,9 @@ class KLTrustRegion(_Categorical):
 
     needs_reference = True
 
-    def __init__(self, epsilon: float, from_logits: bool = False, reverse: bool = False):
+    def __init__(self, epsilon: Bound, from_logits: bool = False, reverse: bool = False):
         super().__init__(from_logits)
-        if not np.isfinite(epsilon) or epsilon <= 0:
-            raise ValueError(f"epsilon must be a finite number > 0. Received: epsilon={epsilon!r}")
-        self.epsilon = float(epsilon)
+        self.epsilon = check_bound("epsilon", epsilon, positive=True)
         self.reverse = bool(reverse)
 
     def h(self, x, reference=None):
@@ -128,7 +142,7 @@ class KLTrustRegion(_Categorical):
             raise ValueError("KLTrustRegion needs the reference distribution q. Received: reference=None")
         reference = tf.broadcast_to(tf.cast(reference, x.dtype), tf.shape(x))
         divergence = kl_divergence(reference, x) if self.reverse else kl_divergence(x, reference)
-        return divergence - tf.cast(self.epsilon, x.dtype)
+        return divergence - bound_tensor(self.epsilon, divergence)
 
     def anchor(self, x, reference=None):
         if reference is None:
@@ -136,4 +150,8 @@ class KLTrustRegion(_Categorical):
         return tf.broadcast_to(tf.cast(reference, x.dtype), tf.shape(x))
 
     def get_config(self):
-        return {"epsilon": self.epsilon, "from_logits": self.from_logits, "reverse": self.reverse}
+        return {
+            "epsilon": bound_config("epsilon", self.epsilon),
+            "from_logits": self.from_logits,
+            "reverse": self.reverse,
+        }

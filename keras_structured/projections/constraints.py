@@ -1,22 +1,39 @@
-"""The ``Constraint`` base class, user-defined constraints and intersections."""
+"""The ``Constraint`` base class, user-defined constraints and intersections.
+
+Every constraint declares its input space (:attr:`Constraint.input_space`) and may hold
+tensor bounds (:func:`check_bound`): a number, or a tensor that is a scalar (one bound for
+the batch, which may change inside one compiled function) or of shape ``(batch,)`` (one
+bound per batch row, e.g. per state).
+"""
 
 from __future__ import annotations
 
 import abc
+import numbers
 from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_structured._validation import assert_finite, check_number
 from keras_structured.ops.dtypes import compute_dtype
-from keras_structured.projections.interpolate import _check_margin, interpolation_coefficient, mix
+from keras_structured.projections.interpolate import interpolation_coefficient, mix
 
 #: Round-off counts as ``ROUNDOFF_ULPS eps`` times the magnitude of the terms of ``h``
 #: (``eps`` of the dtype it is evaluated in). Rounding an interpolated point and its
 #: coefficient, then evaluating an affine row there, each err by about ``eps / 2`` of that
 #: magnitude; the largest error seen on random float32 batches is ``0.7 eps`` of it.
 ROUNDOFF_ULPS = 2.0
+
+#: ``h`` is evaluated on the inputs as given (the default).
+POINTS = "points"
+#: inputs are probability vectors on the last axis, used as given.
+PROBABILITIES = "probabilities"
+#: inputs are logits on the last axis, mapped to probabilities by ``softmax`` (the reference too).
+LOGITS = "logits"
+#: the input spaces that :meth:`Constraint.prepare` knows.
+INPUT_SPACES = (POINTS, PROBABILITIES, LOGITS)
 
 
 def roundoff(magnitude: tf.Tensor) -> tf.Tensor:
@@ -39,21 +56,148 @@ def validation_tolerance(h_x0: tf.Tensor, magnitude: tf.Tensor) -> tf.Tensor:
     return 1e-6 * tf.maximum(tf.ones_like(h_x0), tf.abs(h_x0)) + roundoff(magnitude)
 
 
+Bound = float | np.ndarray | tf.Tensor
+
+
+def static_bound(bound: Bound) -> np.ndarray | None:
+    """The values of ``bound`` if they are known without running a graph.
+
+    Args:
+        bound: a bound from :func:`check_bound` (or any number, array or tensor).
+
+    Returns:
+        A float64 array (0-d for a scalar), or ``None`` for a symbolic tensor.
+    """
+    if isinstance(bound, (tf.Tensor, tf.Variable)):
+        if tf.is_symbolic_tensor(bound) or not tf.executing_eagerly():
+            return None
+        return np.asarray(bound.numpy(), dtype=np.float64)
+    return np.asarray(bound, dtype=np.float64)
+
+
+def check_bound(name: str, value, positive: bool = False) -> Bound:
+    """Validates a constraint bound and returns it in the form a constraint stores.
+
+    A bound is a number, or a scalar or rank-1 array or tensor: one bound for the whole
+    batch, or one per batch row (shape ``(batch,)``, e.g. per state). Values known now
+    (numbers, arrays, eager tensors) must be finite, and ``> 0`` with ``positive``. A
+    symbolic tensor (a bound computed inside a ``tf.function``) is checked by its rank
+    only: at run time, a value outside the bound's range makes the anchor infeasible,
+    which :meth:`Constraint.check_anchor` reports.
+
+    Args:
+        name: the argument name, for error messages.
+        value: the bound.
+        positive: whether the bound must be ``> 0``.
+
+    Returns:
+        A Python float for a number or a scalar array, a float64 array of shape
+        ``(batch,)`` for a rank-1 array, the tensor itself for a tensor.
+
+    Raises:
+        ValueError: for a non-numeric value, a rank above 1, or known values that are not
+            finite (or, with ``positive``, not ``> 0``).
+
+    Example:
+        >>> check_bound("epsilon", 0.1, positive=True)
+        0.1
+        >>> check_bound("min_entropy", [0.5, 1.0])
+        array([0.5, 1. ])
+    """
+    requirement = "a finite number > 0" if positive else "finite"
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        if not (value.dtype.is_floating or value.dtype.is_integer):
+            raise ValueError(f"{name} must be a real-valued tensor. Received: {name}={value!r}")
+        rank = value.shape.rank
+        stored = value
+    elif isinstance(value, bool) or not isinstance(value, (numbers.Real, np.ndarray, list, tuple)):
+        raise ValueError(f"{name} must be {requirement}. Received: {name}={value!r}")
+    else:
+        try:
+            stored = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be {requirement}. Received: {name}={value!r}") from None
+        rank = stored.ndim
+    if rank is not None and rank > 1:
+        raise ValueError(f"{name} must be a scalar or have shape (batch,). Received: {name}={value!r}")
+    values = static_bound(stored)
+    if values is not None and not (np.all(np.isfinite(values)) and (not positive or np.all(values > 0))):
+        raise ValueError(f"{name} must be {requirement}. Received: {name}={value!r}")
+    if isinstance(stored, np.ndarray) and stored.ndim == 0:
+        return float(stored)
+    return stored
+
+
+def bound_tensor(bound: Bound, terms: tf.Tensor) -> tf.Tensor:
+    """``bound`` in the dtype of ``terms``, shaped to broadcast against them (batch axis first).
+
+    Args:
+        bound: a bound from :func:`check_bound`.
+        terms: the values it is compared with, shape ``(batch, ...)``.
+
+    Returns:
+        A scalar tensor, or for a per-row bound a tensor of shape ``(batch, 1, ..., 1)``
+        with the rank of ``terms``.
+    """
+    bound = tf.cast(bound, terms.dtype)
+    if bound.shape.rank == 1 and terms.shape.rank is not None and terms.shape.rank > 1:
+        bound = tf.reshape(bound, [-1] + [1] * (terms.shape.rank - 1))
+    return bound
+
+
+def bound_config(name: str, bound: Bound) -> float | list:
+    """``bound`` as a config value.
+
+    Args:
+        name: the argument name, for the error message.
+        bound: a bound from :func:`check_bound`.
+
+    Returns:
+        A float for a scalar bound, a list for a per-row bound.
+
+    Raises:
+        ValueError: for a symbolic tensor, whose value is not known.
+    """
+    values = static_bound(bound)
+    if values is None:
+        raise ValueError(
+            "A symbolic tensor bound cannot be saved in a config; pass a number or an array. "
+            f"Received: {name}={bound!r}"
+        )
+    return float(values) if values.ndim == 0 else values.tolist()
+
+
 class Constraint(abc.ABC):
     """A convex constraint ``h(x) <= 0`` on each batch row, projected by interpolation.
 
     Subclasses implement ``h`` (convex in ``x``, shape ``(batch,)``) and ``anchor`` (a
     strictly feasible point, ``h < 0``); they may override ``eta`` with a closed form
-    (the largest feasible step along the segment from the anchor), ``prepare`` (maps
-    raw inputs, e.g. logits, to the space where ``h`` is convex), ``magnitude`` (the
-    scale of the round-off in ``h``) and ``get_config``.
+    (the largest feasible step along the segment from the anchor), ``magnitude`` (the
+    scale of the round-off in ``h``), ``check_input_shape`` (static checks at layer
+    build time) and ``get_config``. They declare their :attr:`input_space`; a subclass
+    whose inputs need another mapping than those of :data:`INPUT_SPACES` overrides
+    ``prepare`` (maps raw inputs to the space where ``h`` is convex).
 
     ``project(x)`` returns ``x`` unchanged where feasible and
-    ``x0 + eta (x - x0)`` otherwise, with ``eta = h(x0) / (h(x0) - h(x))``.
+    ``x0 + eta (x - x0)`` otherwise, with ``eta = h(x0) / (h(x0) - h(x))``. With
+    ``average_over_batch`` the constraint is on the batch mean, ``mean_s h(x_s) <= 0``
+    (convex in the whole batch), and one ``eta`` moves every row.
     """
 
     #: whether ``h`` and ``anchor`` need the ``reference`` argument.
     needs_reference = False
+
+    #: The space ``project`` receives inputs in, one of :data:`INPUT_SPACES`: ``"points"``
+    #: (``h`` is evaluated on the inputs as given), ``"probabilities"`` (probability vectors
+    #: on the last axis, as given) or ``"logits"`` (``prepare`` maps inputs and reference
+    #: by ``softmax`` on the last axis; the projection returns probabilities). The
+    #: constraints of an :class:`Intersection` share it.
+    input_space: str = POINTS
+
+    @property
+    def from_logits(self) -> bool:
+        """Whether inputs are logits (``input_space == "logits"``)."""
+        return self.input_space == LOGITS
 
     @abc.abstractmethod
     def h(self, x: tf.Tensor, reference: tf.Tensor | None = None) -> tf.Tensor:
@@ -64,8 +208,25 @@ class Constraint(abc.ABC):
         """A strictly feasible point (``h < 0``) shaped like ``x``."""
 
     def prepare(self, x, reference=None) -> tuple[tf.Tensor, tf.Tensor | None]:
-        """Maps raw inputs to the space where ``h`` is convex (identity by default)."""
+        """Maps raw inputs (and the reference) to the space where ``h`` is convex.
+
+        ``softmax`` on the last axis for ``input_space == "logits"``, the identity otherwise.
+        """
+        if self.input_space == LOGITS:
+            x = tf.nn.softmax(x, axis=-1)
+            reference = None if reference is None else tf.nn.softmax(reference, axis=-1)
         return x, reference
+
+    def check_input_shape(self, input_shape) -> None:  # noqa: B027 (optional hook)
+        """Raises ``ValueError`` if inputs of ``input_shape`` cannot be projected (none by default).
+
+        Called by :class:`InterpolationProjection` when it is built, so that a constraint
+        that cannot hold for the input size (e.g. an entropy bound above ``log K``) fails
+        before any data is seen.
+
+        Args:
+            input_shape: the shape of the inputs, ``(batch, ...)``.
+        """
 
     def eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
         """Interpolation coefficient in ``[0, 1]``, 1 exactly where ``x`` is kept.
@@ -74,6 +235,28 @@ class Constraint(abc.ABC):
         may return any larger value that is still feasible (e.g. an exact line search).
         """
         return interpolation_coefficient(self.h(x, reference), self.h(x0, reference), margin)
+
+    def batch_mean_eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+        """One coefficient for the batch-mean constraint ``H(x) = mean_s h(x_s) <= 0``.
+
+        ``H`` is convex in the whole batch ``x`` and ``H(x0) < 0``, so the convexity bound
+        ``eta = (1 - m) H(x0) / (H(x0) - H(x))`` (1 where ``H(x) <= -m |H(x0)|``) applied to
+        every row gives ``H(output) <= -m |H(x0)|``.
+
+        Args:
+            x: prepared inputs ``(batch, ...)``.
+            x0: anchors shaped like ``x``.
+            reference: the reference, for constraints that need one.
+            margin: in ``[0, 1)``.
+
+        Returns:
+            ``eta`` broadcast to shape ``(batch,)``.
+        """
+        h_x = self.h(x, reference)
+        eta = interpolation_coefficient(
+            tf.reduce_mean(h_x, keepdims=True), tf.reduce_mean(self.h(x0, reference), keepdims=True), margin
+        )
+        return tf.broadcast_to(tf.reshape(eta, []), tf.shape(x)[:1])
 
     def magnitude(self, x, reference=None) -> tf.Tensor:
         """Per row, the magnitude of the terms that ``h(x)`` sums, shape ``(batch,)``.
@@ -86,22 +269,28 @@ class Constraint(abc.ABC):
         """
         return tf.zeros(tf.shape(x)[:1], x.dtype)
 
-    def check_anchor(self, x0, reference=None, strict: bool = False) -> list:
+    def check_anchor(
+        self, x0, reference=None, strict: bool = False, average_over_batch: bool = False
+    ) -> list:
         """Raises ``ValueError`` (eagerly) or returns run-time assertions unless the anchor is
         strictly feasible up to round-off: ``h(x0) < roundoff(magnitude(x0))``.
 
         The slack accepts an anchor that rounding to ``x0.dtype`` pushed onto the boundary
         (e.g. ``Monotone``'s ramp near 1e8 in float32); the projection returns it where
         it would cross. With ``strict=True`` the test is ``h(x0) < 0``, for callers that
-        divide by ``h(x0)``.
+        divide by ``h(x0)``. With ``average_over_batch`` it is the batch means of ``h(x0)``
+        and of the slack that are compared.
         """
         h_x0 = self.h(x0, reference)
         slack = tf.zeros_like(h_x0) if strict else roundoff(self.magnitude(x0, reference))
+        if average_over_batch:
+            h_x0, slack = tf.reduce_mean(h_x0), tf.reduce_mean(slack)
         feasible = tf.reduce_all(h_x0 < slack)
         worst = tf.reduce_max(h_x0)
+        where = "on the batch mean" if average_over_batch else "for every batch row"
         message = (
-            f"The anchor of {self!r} must be strictly feasible (h(anchor) < 0, up to round-off) for every "
-            "batch row; pass a strictly feasible anchor. Received: h(anchor)="
+            f"The anchor of {self!r} must be strictly feasible (h(anchor) < 0, up to round-off) {where}; "
+            "pass a strictly feasible anchor. Received: h(anchor)="
         )
         if tf.executing_eagerly():
             if not bool(feasible):
@@ -116,8 +305,14 @@ class Constraint(abc.ABC):
         anchor=None,
         margin: float = 0.0,
         validate_args: bool = False,
-    ) -> tf.Tensor:
+        average_over_batch: bool = False,
+        return_coefficient: bool = False,
+    ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         """Interpolation projection of each batch row of ``x`` onto ``{h <= 0}``.
+
+        Returns ``g(x) = x`` where ``h(x) <= -m |h(x0)|`` and ``x0 + eta (x - x0)``
+        otherwise (:meth:`eta`). With ``average_over_batch`` the constraint is
+        ``mean_s h(x_s) <= 0`` and one coefficient moves every row (:meth:`batch_mean_eta`).
 
         Args:
             x: inputs of shape ``(batch, ...)`` (raw inputs: see ``prepare``).
@@ -125,19 +320,26 @@ class Constraint(abc.ABC):
                 region), required when ``needs_reference``.
             anchor: optional strictly feasible point(s) broadcastable to ``x``;
                 defaults to ``self.anchor(x, reference)``.
-            margin: in ``[0, 1)``; outputs satisfy ``h <= -margin |h(anchor)|``.
-            validate_args: also assert ``h(output) <= 1e-6 max(1, |h(anchor)|)`` plus
-                the round-off ``roundoff(magnitude(output))``.
+            margin: in ``[0, 1)``; outputs satisfy ``h <= -margin |h(anchor)|`` (on the
+                batch mean with ``average_over_batch``).
+            validate_args: also assert that ``x`` is finite, and that
+                ``h(output) <= 1e-6 max(1, |h(anchor)|)`` plus the round-off
+                ``roundoff(magnitude(output))`` (run-time checks, off by default).
+            average_over_batch: constrain the batch mean of ``h`` instead of each row.
+            return_coefficient: also return ``eta`` (``(batch,)``, 1 exactly where the
+                row is returned unchanged).
 
         Returns:
-            Feasible points shaped like ``x`` (in the prepared space).
+            Feasible points shaped like ``x`` (in the prepared space), and with
+            ``return_coefficient`` the pair ``(points, eta)``.
 
         Raises:
             ValueError: eagerly, if the anchor is not strictly feasible up to
                 round-off (``tf.errors.InvalidArgumentError`` inside ``tf.function``).
-            tf.errors.InvalidArgumentError: if ``x`` has NaN or infinite entries.
+            tf.errors.InvalidArgumentError: with ``validate_args``, if ``x`` has NaN or
+                infinite entries.
         """
-        margin = _check_margin(margin)
+        margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
         if self.needs_reference and reference is None:
             raise ValueError(f"{type(self).__name__} needs a reference. Received: reference=None")
         raw = tf.convert_to_tensor(x)
@@ -147,24 +349,32 @@ class Constraint(abc.ABC):
             reference = tf.cast(tf.convert_to_tensor(reference), dtype)
         if x.shape.rank is None or x.shape.rank < 2:
             raise ValueError(f"project needs inputs of shape (batch, ...). Received: x.shape={x.shape}")
-        x = tf.debugging.assert_all_finite(x, f"{type(self).__name__}.project received NaN or inf inputs")
+        x = assert_finite(x, f"{type(self).__name__}.project received NaN or inf inputs", validate_args)
         x, reference = self.prepare(x, reference)
         if anchor is None:
             x0 = self.anchor(x, reference)
         else:
             x0 = tf.broadcast_to(tf.cast(tf.convert_to_tensor(anchor), dtype), tf.shape(x))
-        checks = self.check_anchor(x0, reference)
+        checks = self.check_anchor(x0, reference, average_over_batch=average_over_batch)
         with tf.control_dependencies(checks):
-            out = mix(x, x0, self.eta(x, x0, reference, margin))
+            if average_over_batch:
+                eta = self.batch_mean_eta(x, x0, reference, margin)
+            else:
+                eta = self.eta(x, x0, reference, margin)
+            out = mix(x, x0, eta)
         if validate_args:
-            h_out = self.h(out, reference)
-            bound = validation_tolerance(self.h(x0, reference), self.magnitude(out, reference))
+            h_out, h_x0 = self.h(out, reference), self.h(x0, reference)
+            magnitude = self.magnitude(out, reference)
+            if average_over_batch:
+                h_out, h_x0, magnitude = (tf.reduce_mean(v) for v in (h_out, h_x0, magnitude))
+            bound = validation_tolerance(h_x0, magnitude)
             message = (
                 f"{self!r}: the projection is infeasible (h(output) > 1e-6 max(1, |h(anchor)|) + roundoff)"
             )
             with tf.control_dependencies([tf.debugging.assert_less_equal(h_out, bound, message=message)]):
                 out = tf.identity(out)
-        return tf.cast(out, raw.dtype)
+        out = tf.cast(out, raw.dtype)
+        return (out, eta) if return_coefficient else out
 
     def get_config(self) -> dict:
         return {}
@@ -174,7 +384,11 @@ class Constraint(abc.ABC):
         return cls(**config)
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        try:
+            config = self.get_config()
+        except ValueError:  # a symbolic tensor bound: show the attributes instead
+            config = vars(self)
+        args = ", ".join(f"{k}={v!r}" for k, v in config.items())
         return f"{type(self).__name__}({args})"
 
 
@@ -266,14 +480,15 @@ class Intersection(Constraint):
                 "constraints must be a non-empty sequence of Constraint. "
                 f"Received: constraints={constraints!r}"
             )
-        kinds = {(type(c).prepare, getattr(c, "from_logits", None)) for c in constraints}
+        kinds = {(type(c).prepare, c.input_space) for c in constraints}
         if len(kinds) > 1:
             raise ValueError(
-                "All constraints of an Intersection must take the same inputs (same prepare / from_logits). "
-                f"Received: constraints={constraints!r}"
+                "All constraints of an Intersection must take the same inputs (same input_space and "
+                f"prepare). Received: constraints={constraints!r}"
             )
         self.constraints = constraints
         self.needs_reference = any(c.needs_reference for c in constraints)
+        self.input_space = constraints[0].input_space
 
     def _ref(self, constraint, reference):
         return reference if constraint.needs_reference else None
@@ -303,14 +518,25 @@ class Intersection(Constraint):
         etas = [c.eta(x, x0, self._ref(c, reference), margin) for c in self.constraints]
         return tf.reduce_min(tf.stack(etas, axis=-1), axis=-1)
 
+    def batch_mean_eta(self, x, x0, reference=None, margin=0.0):
+        """``min_i`` of the batch-mean coefficients: each constraint holds on the batch mean."""
+        etas = [c.batch_mean_eta(x, x0, self._ref(c, reference), margin) for c in self.constraints]
+        return tf.reduce_min(tf.stack(etas, axis=-1), axis=-1)
+
+    def check_input_shape(self, input_shape):
+        for c in self.constraints:
+            c.check_input_shape(input_shape)
+
     def magnitude(self, x, reference=None):
         return tf.reduce_max(
             tf.stack([c.magnitude(x, self._ref(c, reference)) for c in self.constraints], axis=-1), axis=-1
         )
 
-    def check_anchor(self, x0, reference=None, strict=False):
+    def check_anchor(self, x0, reference=None, strict=False, average_over_batch=False):
         return [
-            check for c in self.constraints for check in c.check_anchor(x0, self._ref(c, reference), strict)
+            check
+            for c in self.constraints
+            for check in c.check_anchor(x0, self._ref(c, reference), strict, average_over_batch)
         ]
 
     def get_config(self):
@@ -324,7 +550,15 @@ class Intersection(Constraint):
         return f"Intersection({self.constraints!r})"
 
 
-def project(x, constraints, reference=None, anchor=None, margin: float = 0.0, validate_args: bool = False):
+def project(
+    x,
+    constraints: Constraint | Sequence[Constraint],
+    reference=None,
+    anchor=None,
+    margin: float = 0.0,
+    validate_args: bool = False,
+    average_over_batch: bool = False,
+) -> tf.Tensor:
     """Projects ``x`` onto the intersection of one or several constraints.
 
     ``eta = min_i eta_i`` over the constraints, with one anchor shared by all (see
@@ -337,6 +571,8 @@ def project(x, constraints, reference=None, anchor=None, margin: float = 0.0, va
         anchor: optional shared strictly feasible anchor.
         margin: in ``[0, 1)``, see :meth:`Constraint.project`.
         validate_args: assert the output is feasible.
+        average_over_batch: each constraint holds on the batch mean of its ``h``, with one
+            coefficient for the batch (see :meth:`Constraint.batch_mean_eta`).
 
     Returns:
         The projected tensor.
@@ -354,5 +590,10 @@ def project(x, constraints, reference=None, anchor=None, margin: float = 0.0, va
     else:
         constraint = Intersection(constraints)
     return constraint.project(
-        x, reference=reference, anchor=anchor, margin=margin, validate_args=validate_args
+        x,
+        reference=reference,
+        anchor=anchor,
+        margin=margin,
+        validate_args=validate_args,
+        average_over_batch=average_over_batch,
     )

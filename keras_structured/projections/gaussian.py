@@ -27,6 +27,11 @@ positive) of ``Sigma = diag(s^2)``.
   parts are independent (``KL_mean`` only involves ``Q``), so the covariance-then-mean order
   of the paper gives the same result as any other order, and the total KL is at most
   ``epsilon_mean + epsilon_cov``.
+
+Both bounds at once: :func:`~keras_structured.projections.policy.project_gaussian` applies
+the entropy projection first, then the KL projection, the order that keeps both (see
+:mod:`keras_structured.projections.policy`). The bounds may be tensors: a scalar for the
+batch, or one value per state.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_structured.projections.constraints import Bound, check_bound
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
 
 __all__ = [
@@ -46,24 +52,13 @@ __all__ = [
 ]
 
 
-def _check_positive(name: str, value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number > 0. Received: {name}={value!r}") from None
-    if not np.isfinite(number) or number <= 0:
-        raise ValueError(f"{name} must be a finite number > 0. Received: {name}={value!r}")
-    return number
-
-
-def _check_finite_number(name: str, value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number. Received: {name}={value!r}") from None
-    if not np.isfinite(number):
-        raise ValueError(f"{name} must be a finite number. Received: {name}={value!r}")
-    return number
+def _scalar_if_averaged(name: str, bound: Bound, average_over_batch: bool) -> None:
+    rank = bound.shape.rank if isinstance(bound, (tf.Tensor, tf.Variable)) else np.ndim(bound)
+    if average_over_batch and rank:
+        raise ValueError(
+            f"With average_over_batch=True, {name} must be a scalar (one bound for the batch mean). "
+            f"Received: {name}={bound!r}"
+        )
 
 
 def _as_float(x, dtype=None, name: str = "x") -> tf.Tensor:
@@ -173,8 +168,13 @@ def gaussian_kl_parts(
 
 
 def project_gaussian_entropy(
-    mean, scale_tril, min_entropy, diagonal: bool = False, average_over_batch: bool = False
-) -> tuple[tf.Tensor, tf.Tensor]:
+    mean,
+    scale_tril,
+    min_entropy: Bound,
+    diagonal: bool = False,
+    average_over_batch: bool = False,
+    return_coefficient: bool = False,
+) -> tuple[tf.Tensor, ...]:
     """Projects ``N(m, L L^T)`` onto ``{H >= min_entropy}`` by rescaling ``L``.
 
     Solves exactly, per batch row, ``min c`` s.t. ``c >= 1`` and ``H(N(m, c^2 L L^T)) >=
@@ -187,19 +187,27 @@ def project_gaussian_entropy(
 
     Args:
         mean: means ``(batch, d)`` (returned as is, after the NaN check).
-        scale_tril: Cholesky factors ``(batch, d, d)`` with positive diagonal (the strict
-            upper triangle is ignored), or standard deviations ``(batch, d)`` with
-            ``diagonal=True``.
-        min_entropy: the bound in nats, a finite number or a scalar tensor (e.g. a bound that
-            changes inside one compiled training step).
+        scale_tril: Cholesky factors ``(batch, d, d)`` or shared ``(d, d)`` with positive
+            diagonal (the strict upper triangle is ignored), or standard deviations
+            ``(batch, d)`` / ``(d,)`` with ``diagonal=True``.
+        min_entropy: the bound in nats: a finite number, or a scalar tensor (e.g. a bound
+            that changes inside one compiled training step), or a ``(batch,)`` array or
+            tensor (one bound per state; not with ``average_over_batch``). A per-state
+            bound gives a shared scale a batch axis.
         diagonal: whether ``scale_tril`` holds standard deviations.
         average_over_batch: bound the batch mean of the entropies instead of each one.
+        return_coefficient: also return ``c``, with the batch shape of the entropies (a
+            scalar for a shared scale or with ``average_over_batch``), exactly 1 where the
+            scale is returned unchanged.
 
     Returns:
-        ``(mean, projected_scale)``, ``projected_scale`` shaped like ``scale_tril``.
+        ``(mean, projected_scale)``, ``projected_scale`` shaped like ``scale_tril`` (with
+        a batch axis for a shared scale and a per-state bound); with
+        ``return_coefficient``, ``(mean, projected_scale, c)``.
 
     Raises:
-        ValueError: if ``min_entropy`` is a Python number that is not finite.
+        ValueError: if ``min_entropy`` is known and not finite, has a rank above 1, or
+            is per state with ``average_over_batch``.
         tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
 
     Example:
@@ -208,8 +216,8 @@ def project_gaussian_entropy(
         >>> round(float(gaussian_entropy(s, diagonal=True)[0]), 6), s.dtype.name
         (2.0, 'float64')
     """
-    if not isinstance(min_entropy, tf.Tensor):
-        min_entropy = _check_finite_number("min_entropy", min_entropy)
+    min_entropy = check_bound("min_entropy", min_entropy)
+    _scalar_if_averaged("min_entropy", min_entropy, average_over_batch)
     mean = _as_float(mean, name="mean")
     scale = _prepare_scale(scale_tril, diagonal, mean.dtype, "scale_tril")
     min_entropy = tf.cast(min_entropy, scale.dtype)
@@ -220,10 +228,15 @@ def project_gaussian_entropy(
     violated = entropy < min_entropy
     log_c = tf.where(violated, (min_entropy - entropy) / d, tf.zeros_like(entropy))
     c = tf.exp(log_c)
-    c = c[..., None] if diagonal else c[..., None, None]
+    rescaled = c[..., None] * scale if diagonal else c[..., None, None] * scale
     keep = violated[..., None] if diagonal else violated[..., None, None]
-    projected = tf.where(tf.broadcast_to(keep, tf.shape(scale)), c * scale, scale)
-    return mean, projected
+    projected = tf.where(tf.broadcast_to(keep, tf.shape(rescaled)), rescaled, scale)
+    return (mean, projected, c) if return_coefficient else (mean, projected)
+
+
+def _as_bound(bound: Bound, dtype: tf.DType):
+    """A Python float as is (exact in float64 arithmetic with tensors), anything else cast."""
+    return bound if isinstance(bound, float) else tf.cast(bound, dtype)
 
 
 def project_gaussian_kl(
@@ -231,12 +244,13 @@ def project_gaussian_kl(
     scale_tril,
     old_mean,
     old_scale_tril,
-    epsilon_mean: float,
-    epsilon_cov: float,
+    epsilon_mean: Bound,
+    epsilon_cov: Bound,
     average_over_batch: bool = False,
     diagonal: bool = False,
     margin: float = 0.0,
-) -> tuple[tf.Tensor, tf.Tensor]:
+    return_coefficients: bool = False,
+) -> tuple[tf.Tensor, ...]:
     """Decomposed KL trust-region projection of ``N(m, S)`` towards ``N(b, Q)`` (Akrour et al. 2019).
 
     With ``S = L L^T``, ``Q = L_old L_old^T`` and the parts of :func:`gaussian_kl_parts`
@@ -266,20 +280,27 @@ def project_gaussian_kl(
             ``(d,)`` with ``diagonal=True``.
         old_mean: old means ``b``, shaped like ``mean``.
         old_scale_tril: old scales, same conventions as ``scale_tril``.
-        epsilon_mean: bound on the mean part, a finite number > 0.
-        epsilon_cov: bound on the covariance part, a finite number > 0.
+        epsilon_mean: bound on the mean part, a finite number > 0, or a scalar tensor, or
+            a ``(batch,)`` array or tensor (one bound per state; not with
+            ``average_over_batch``). Symbolic tensors are not checked for positivity.
+        epsilon_cov: bound on the covariance part, same conventions.
         average_over_batch: constrain the batch averages with a single ``eta`` per part.
         diagonal: whether the scales are standard deviations (``Sigma = diag(s^2)``; the
             variances are interpolated and no Cholesky is needed).
         margin: in ``[0, 1)``: the parts end below ``(1 - margin) epsilon``.
+        return_coefficients: also return ``eta_mean`` and ``eta_cov``, of shape
+            ``(batch,)`` per state and ``(1,)`` averaged (1 exactly where that part is
+            returned unchanged).
 
     Returns:
         ``(projected_mean, projected_scale)``; the scale has the broadcast shape of
         ``scale_tril`` and ``old_scale_tril`` (with a batch axis in the per-state variant when
-        either one has one).
+        either one has one). With ``return_coefficients``,
+        ``(projected_mean, projected_scale, eta_mean, eta_cov)``.
 
     Raises:
-        ValueError: if an epsilon is not a finite number > 0.
+        ValueError: if an epsilon is known and not a finite number > 0, has a rank above
+            1, or is per state with ``average_over_batch``.
         tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
 
     Example:
@@ -289,13 +310,15 @@ def project_gaussian_kl(
         >>> bool(kl_m[0] <= 0.1 + 1e-9), bool(kl_c[0] <= 0.2 + 1e-9)
         (True, True)
     """
-    epsilon_mean = _check_positive("epsilon_mean", epsilon_mean)
-    epsilon_cov = _check_positive("epsilon_cov", epsilon_cov)
+    epsilon_mean = check_bound("epsilon_mean", epsilon_mean, positive=True)
+    epsilon_cov = check_bound("epsilon_cov", epsilon_cov, positive=True)
+    _scalar_if_averaged("epsilon_mean", epsilon_mean, average_over_batch)
+    _scalar_if_averaged("epsilon_cov", epsilon_cov, average_over_batch)
     mean = _as_float(mean, name="mean")
+    old_mean = _as_float(old_mean, mean.dtype, "old_mean")
+    scale = _prepare_scale(scale_tril, diagonal, mean.dtype, "scale_tril")
+    old_scale = _prepare_scale(old_scale_tril, diagonal, mean.dtype, "old_scale_tril")
     dtype = mean.dtype
-    old_mean = _as_float(old_mean, dtype, "old_mean")
-    scale = _prepare_scale(scale_tril, diagonal, dtype, "scale_tril")
-    old_scale = _prepare_scale(old_scale_tril, diagonal, dtype, "old_scale_tril")
     matrix_rank = 1 if diagonal else 2
 
     # Covariance part.
@@ -309,6 +332,7 @@ def project_gaussian_kl(
         target = tf.concat([batch, tf.shape(scale)[-matrix_rank:]], 0)
     scale = tf.broadcast_to(scale, target)
     old_scale = tf.broadcast_to(old_scale, target)
+    epsilon_cov = _as_bound(epsilon_cov, dtype)
     eta_cov = interpolation_coefficient(
         kl_cov - epsilon_cov, -epsilon_cov * tf.ones_like(kl_cov), margin=margin
     )
@@ -328,8 +352,11 @@ def project_gaussian_kl(
     kl_mean = _kl_mean(mean, old_mean, old_scale, diagonal)
     if average_over_batch:
         kl_mean = tf.reshape(tf.reduce_mean(kl_mean), [1])
+    epsilon_mean = _as_bound(epsilon_mean, dtype)
     eta_mean = interpolation_coefficient(
         kl_mean - epsilon_mean, -epsilon_mean * tf.ones_like(kl_mean), margin=margin
     )
     projected_mean = mix(mean, old_mean, eta_mean)
+    if return_coefficients:
+        return projected_mean, projected_scale, eta_mean, eta_cov
     return projected_mean, projected_scale

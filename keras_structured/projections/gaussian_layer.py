@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
-from keras_structured.projections.gaussian import project_gaussian_entropy, project_gaussian_kl
+from keras_structured.projections.policy import project_gaussian
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -15,15 +16,19 @@ class GaussianProjection(keras.layers.Layer):
     (:func:`project_gaussian_entropy`); with ``epsilon_mean``/``epsilon_cov`` the
     output is interpolated towards a reference ("old") Gaussian until the decomposed
     ``KL(new || old)`` parts are within the bounds (:func:`project_gaussian_kl`). The
-    KL projection runs first, then the entropy one (which only widens the scale).
-    Gradients flow through the interpolation and rescaling coefficients.
+    entropy projection runs first, then the KL one (:func:`project_gaussian`): the KL
+    step interpolates the covariance towards the old one, along which the entropy is
+    concave, so the output keeps both bounds whenever the old Gaussian satisfies the
+    entropy bound; the other order would widen the scale after the KL step and could
+    break the KL bound (see :mod:`keras_structured.projections.policy`). Gradients flow
+    through the interpolation and rescaling coefficients.
 
     Args:
-        min_entropy: optional entropy lower bound (nats).
+        min_entropy: optional entropy lower bound (nats), per state.
         epsilon_mean: bound on the mean part of the KL (with ``epsilon_cov``).
         epsilon_cov: bound on the covariance part of the KL.
         average_over_batch: the KL bounds hold on the batch average (one shared
-            coefficient) instead of per state.
+            coefficient) instead of per state; the entropy bound stays per state.
         diagonal: scales are standard deviations ``(batch, d)`` instead of Cholesky
             factors ``(batch, d, d)``.
 
@@ -76,21 +81,25 @@ class GaussianProjection(keras.layers.Layer):
                 f"({'[mean, scale, old_mean, old_scale]' if self.uses_kl else '[mean, scale]'}). "
                 f"Received: {len(inputs) if isinstance(inputs, (list, tuple)) else 1} input(s)"
             )
-        mean, scale = inputs[0], inputs[1]
-        if self.uses_kl:
-            mean, scale = project_gaussian_kl(
-                mean,
-                scale,
-                inputs[2],
-                inputs[3],
-                self.epsilon_mean,
-                self.epsilon_cov,
-                average_over_batch=self.average_over_batch,
-                diagonal=self.diagonal,
-            )
-        if self.min_entropy is not None:
-            mean, scale = project_gaussian_entropy(mean, scale, self.min_entropy, diagonal=self.diagonal)
-        return [mean, scale]
+        # Under mixed precision the projection runs in float32: TensorFlow has no float16
+        # Cholesky or triangular-solve kernels, and the KL needs the precision anyway.
+        dtype = inputs[0].dtype
+        if dtype in (tf.float16, tf.bfloat16):
+            inputs = [tf.cast(x, tf.float32) for x in inputs]
+        old_mean, old_scale = (inputs[2], inputs[3]) if self.uses_kl else (None, None)
+        (mean, scale), _ = project_gaussian(
+            inputs[0],
+            inputs[1],
+            old_mean,
+            old_scale,
+            min_entropy=self.min_entropy,
+            epsilon_mean=self.epsilon_mean,
+            epsilon_cov=self.epsilon_cov,
+            average_over_batch=self.average_over_batch,
+            diagonal=self.diagonal,
+            average_entropy_over_batch=False,
+        )
+        return [tf.cast(mean, dtype), tf.cast(scale, dtype)]
 
     def compute_output_shape(self, input_shape):
         return [tuple(input_shape[0]), tuple(input_shape[1])]

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-
-def _check_margin(margin: float) -> float:
-    if not isinstance(margin, (int, float)) or not 0.0 <= float(margin) < 1.0:
-        raise ValueError(f"margin must be a number in [0, 1). Received: margin={margin!r}")
-    return float(margin)
+from keras_structured._validation import check_number
 
 
 def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
@@ -48,7 +44,7 @@ def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
         >>> interpolation_coefficient([3.0, -0.5], [-1.0, -1.0]).numpy()
         array([0.25, 1.  ], dtype=float32)
     """
-    margin = _check_margin(margin)
+    margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
     h_x = tf.convert_to_tensor(h_x)
     h_x0 = tf.cast(tf.convert_to_tensor(h_x0), h_x.dtype)
     shifted_x = h_x - margin * h_x0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import keras
 
-from keras_structured.projections.categorical import EntropyLowerBound
+from keras_structured._validation import check_number
 from keras_structured.projections.constraints import Constraint, Intersection
-from keras_structured.projections.interpolate import _check_margin
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -21,6 +20,9 @@ class InterpolationProjection(keras.layers.Layer):
         margin: in ``[0, 1)``; outputs satisfy ``h <= -margin |h(x0)|`` (strictly
             feasible for ``margin > 0``).
         validate_args: assert ``h(output) <= 1e-6 max(1, |h(x0)|)`` at run time.
+        average_over_batch: the constraint holds on the batch mean of ``h``, with one
+            coefficient for the batch (see :meth:`Constraint.batch_mean_eta`), instead of
+            on every row.
 
     Call arguments:
         inputs: a tensor ``(batch, ...)``, or ``[inputs, reference]`` when the
@@ -32,7 +34,14 @@ class InterpolationProjection(keras.layers.Layer):
         array([[0.6, 0.8]], dtype=float32)
     """
 
-    def __init__(self, constraint, margin: float = 0.0, validate_args: bool = False, **kwargs):
+    def __init__(
+        self,
+        constraint: Constraint | list,
+        margin: float = 0.0,
+        validate_args: bool = False,
+        average_over_batch: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if isinstance(constraint, dict):
             constraint = keras.saving.deserialize_keras_object(constraint)
@@ -41,8 +50,9 @@ class InterpolationProjection(keras.layers.Layer):
         if not isinstance(constraint, Constraint):
             raise ValueError(f"constraint must be a Constraint. Received: constraint={constraint!r}")
         self.constraint = constraint
-        self.margin = _check_margin(margin)
+        self.margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
         self.validate_args = bool(validate_args)
+        self.average_over_batch = bool(average_over_batch)
 
     def _split(self, inputs):
         if isinstance(inputs, (list, tuple)):
@@ -64,18 +74,17 @@ class InterpolationProjection(keras.layers.Layer):
             if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple))
             else input_shape
         )
-        parts = (
-            self.constraint.constraints if isinstance(self.constraint, Intersection) else [self.constraint]
-        )
-        for part in parts:
-            if isinstance(part, EntropyLowerBound):
-                part.check_categories(shape[-1])
+        self.constraint.check_input_shape(shape)
         self.built = True
 
     def call(self, inputs):
         x, reference = self._split(inputs)
         return self.constraint.project(
-            x, reference=reference, margin=self.margin, validate_args=self.validate_args
+            x,
+            reference=reference,
+            margin=self.margin,
+            validate_args=self.validate_args,
+            average_over_batch=self.average_over_batch,
         )
 
     def compute_output_shape(self, input_shape):
@@ -89,5 +98,6 @@ class InterpolationProjection(keras.layers.Layer):
             constraint=keras.saving.serialize_keras_object(self.constraint),
             margin=self.margin,
             validate_args=self.validate_args,
+            average_over_batch=self.average_over_batch,
         )
         return config

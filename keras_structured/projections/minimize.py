@@ -25,18 +25,19 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from keras_structured._validation import check_integer
 from keras_structured.ops.dtypes import compute_dtype
-from keras_structured.projections.constraints import Constraint
+from keras_structured.projections.constraints import LOGITS, Constraint, Intersection
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
 
 __all__ = ["default_step_size", "minimize", "projected_interpolation_descent"]
 
 
 def _identity_prepare(constraint: Constraint) -> bool:
-    parts = getattr(constraint, "constraints", None)
-    if parts is not None:  # Intersection
-        return all(_identity_prepare(part) for part in parts)
-    return type(constraint).prepare is Constraint.prepare or not getattr(constraint, "from_logits", True)
+    """Whether ``prepare`` returns its inputs: the default one, on points or probabilities."""
+    if isinstance(constraint, Intersection):
+        return all(_identity_prepare(part) for part in constraint.constraints)
+    return type(constraint).prepare is Constraint.prepare and constraint.input_space != LOGITS
 
 
 def _setup(constraint: Constraint, x_init, anchor):
@@ -149,12 +150,6 @@ def _beta(objective, constraint, x_init, anchor, steps, step_size, batch, dtype)
     return tf.broadcast_to(tf.cast(beta, dtype), [batch])
 
 
-def _check_steps(steps: int) -> int:
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1. Received: steps={steps!r}")
-    return steps
-
-
 def minimize(
     objective: Callable,
     constraint: Constraint,
@@ -208,7 +203,7 @@ def minimize(
         >>> bool(f(x) + np.sqrt(2.0) < 0.05)  # optimum: -sqrt(2) at -(1, 1) / sqrt(2)
         True
     """
-    steps = _check_steps(steps)
+    steps = check_integer("steps", steps, minimum=1)
     x, x0, scale, unbatched = _setup(constraint, x_init, anchor)
     beta = _beta(objective, constraint, x_init, anchor, steps, step_size, tf.shape(x)[0], x.dtype)
     step_shape = tf.concat([tf.shape(x)[:1], tf.ones([x.shape.rank - 1], tf.int32)], axis=0)
@@ -277,7 +272,7 @@ def projected_interpolation_descent(
         >>> np.round(x.numpy(), 3)  # stalls on the segment to the origin, optimum is (-0.5, -0.5)
         array([-0.8, -0.2], dtype=float32)
     """
-    steps = _check_steps(steps)
+    steps = check_integer("steps", steps, minimum=1)
     x, x0, scale, unbatched = _setup(constraint, x_init, anchor)
     logits = not _identity_prepare(constraint)
     if step_size is None:

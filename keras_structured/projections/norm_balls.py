@@ -2,7 +2,8 @@
 
 The anchor is the center, where ``h = -radius``; since ``h`` is linear along rays from
 the center, the interpolation lands exactly on the sphere (radial projection), or at
-radius ``(1 - margin) radius`` with a margin.
+radius ``(1 - margin) radius`` with a margin. The radius may be a tensor: a scalar for the
+batch, or one radius per batch row.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured.projections.constraints import Constraint, _as_config_array
+from keras_structured.projections.constraints import (
+    Bound,
+    Constraint,
+    _as_config_array,
+    bound_config,
+    bound_tensor,
+    check_bound,
+)
 
 
 def _flatten_rows(x: tf.Tensor) -> tf.Tensor:
@@ -23,10 +31,8 @@ def _flatten_rows(x: tf.Tensor) -> tf.Tensor:
 class _NormBall(Constraint):
     ord = None
 
-    def __init__(self, radius: float, center=None):
-        if not isinstance(radius, (int, float, np.floating)) or not np.isfinite(radius) or radius <= 0:
-            raise ValueError(f"radius must be a finite number > 0. Received: radius={radius!r}")
-        self.radius = float(radius)
+    def __init__(self, radius: Bound, center=None):
+        self.radius = check_bound("radius", radius, positive=True)
         self.center = None if center is None else np.asarray(center, dtype=np.float64)
 
     def _offset(self, x):
@@ -40,7 +46,8 @@ class _NormBall(Constraint):
 
     def h(self, x, reference=None):
         x = tf.convert_to_tensor(x)
-        return self._norm(_flatten_rows(self._offset(x))) - tf.cast(self.radius, x.dtype)
+        norms = self._norm(_flatten_rows(self._offset(x)))
+        return norms - bound_tensor(self.radius, norms)
 
     def anchor(self, x, reference=None):
         if self.center is None:
@@ -48,7 +55,7 @@ class _NormBall(Constraint):
         return tf.broadcast_to(tf.constant(self.center, x.dtype), tf.shape(x))
 
     def get_config(self):
-        return {"radius": self.radius, "center": _as_config_array(self.center)}
+        return {"radius": bound_config("radius", self.radius), "center": _as_config_array(self.center)}
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -56,7 +63,7 @@ class L1Ball(_NormBall):
     """``||x - center||_1 <= radius`` (all non-batch axes); anchor: the center.
 
     Args:
-        radius: positive radius.
+        radius: positive radius: a number, or a scalar or ``(batch,)`` array or tensor.
         center: optional array broadcastable to one row (default: origin).
 
     Example:
@@ -75,7 +82,7 @@ class L2Ball(_NormBall):
     The norm has a NaN-free gradient at the center.
 
     Args:
-        radius: positive radius.
+        radius: positive radius: a number, or a scalar or ``(batch,)`` array or tensor.
         center: optional array broadcastable to one row (default: origin).
 
     Example:
@@ -94,7 +101,7 @@ class LinfBall(_NormBall):
     """``max |x - center| <= radius`` (all non-batch axes); anchor: the center.
 
     Args:
-        radius: positive radius.
+        radius: positive radius: a number, or a scalar or ``(batch,)`` array or tensor.
         center: optional array broadcastable to one row (default: origin).
 
     Example:

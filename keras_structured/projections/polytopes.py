@@ -23,8 +23,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_structured._validation import check_number
 from keras_structured.projections.constraints import Constraint, roundoff
-from keras_structured.projections.interpolate import _check_margin
 
 
 def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0) -> tf.Tensor:
@@ -49,7 +49,7 @@ def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, 
         >>> affine_rows_eta([[3.0, -1.0]], [[-1.0, -1.0]]).numpy()
         array([0.25], dtype=float32)
     """
-    margin = _check_margin(margin)
+    margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
     rows_x = tf.convert_to_tensor(rows_x)
     rows_x0 = tf.cast(tf.convert_to_tensor(rows_x0), rows_x.dtype)
     rho = tf.cast(tf.convert_to_tensor(rho), rows_x.dtype)

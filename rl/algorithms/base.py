@@ -28,8 +28,7 @@ from rl.envs import EnvList, make_env
 from rl.gae import gae
 from rl.logger import Logger
 from rl.normalization import ReturnScaler, RunningMeanStd
-from rl.policies import Params, ValueNetwork, make_policy, preserve_first_layer
-from rl.projection import NO_BOUND
+from rl.policies import NO_BOUND, Params, ValueNetwork, make_policy, preserve_first_layer
 
 
 def adam(learning_rate: float, max_grad_norm: float) -> keras.optimizers.Adam:

@@ -2,9 +2,9 @@
 
 The policy loss is the importance-weighted advantage of the *projected* policy,
 ``-E[pi_proj(a|s) / pi_old(a|s) A(s, a)]`` with ``pi_proj = proj(pi_theta(.|s); pi_old(.|s))``
-(entropy projection, then KL projection, :mod:`rl.projection`), minimised by plain minibatch
-Adam through the projection: no constraint penalty, no clipping. With ``trust_region_coef > 0``
-(the default) the loss also has Otto et al.'s (2021) regression term
+(entropy projection, then KL projection, :mod:`keras_structured.projections.policy`), minimised
+by plain minibatch Adam through the projection: no constraint penalty, no clipping. With
+``trust_region_coef > 0`` (the default) the loss also has Otto et al.'s (2021) regression term
 ``trust_region_coef * E_s[KL(pi_proj || pi_theta)]`` with the projection held fixed: it does not
 enforce anything (the projection and the safeguard below do), it keeps the network near the
 projected policy it will be fitted to, so the safeguard keeps the whole step (on HalfCheetah
