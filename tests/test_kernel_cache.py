@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numba as nb
 import numpy as np
 import pytest
 
@@ -14,6 +15,7 @@ from keras_structured.engine import compiled_active_set
 
 _FIRST_CALL = r"""
 import json, time
+import numba as nb
 import numpy as np
 from keras_structured import engine
 from keras_structured.engine.compiled_active_set import kernel
@@ -79,3 +81,30 @@ def test_warmup_compiles_the_built_in_structures_and_named_ones():
 def test_warmup_needs_the_shape_of_other_structures():
     with pytest.raises(ValueError, match=r"\(structure, u_shape\) pair.*Received: structures entry="):
         engine.warmup([engine.BudgetStructure(2)])
+
+
+def _shifted_argmax_oracle(shift: int):
+    """A simplex oracle that picks the entry ``shift`` places after the best one: one name
+    (``...<locals>.oracle``) for as many functions as shifts."""
+
+    @nb.njit(nogil=True)
+    def oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+        code[0] = (np.argmax(scores_u) + shift) % scores_u.shape[0]
+        m_indices[0], m_values[0] = code[0], 1.0
+        return 1, 0
+
+    return oracle
+
+
+def test_oracles_sharing_a_name_are_not_cached_on_disk():
+    """A disk cache keyed by name would hand one closure's kernel to the other."""
+    oracles = [_shifted_argmax_oracle(shift) for shift in (0, 1)]
+    kernels = [compiled_active_set.kernel(oracle) for oracle in oracles]
+    assert [type(k._cache).__name__ for k in kernels] == ["NullCache", "NullCache"]
+    built_in = engine.SimplexStructure().compiled_oracle((3,), (0,)).function
+    assert type(compiled_active_set.kernel(built_in)._cache).__name__ == "FunctionCache"
+    scores = np.array([[3.0, 0.0, 0.0]])
+    for shift, oracle in zip((0, 1), oracles, strict=True):
+        compiled = compiled_active_set.CompiledOracle(oracle, np.zeros(0, np.int64), (), 1)
+        codes = compiled_active_set.map_compiled(compiled, scores, np.zeros((1, 0)))
+        assert codes.tolist() == [shift]

@@ -749,8 +749,8 @@ def _bind(function, oracle):
     and a process compiles it once per machine (seconds to tens of seconds) and loads
     it afterwards (a fraction of a second). The copy's name carries the oracle's
     module, name and a hash of its module's source, so that an edited oracle gets a
-    new copy. Oracles that numba cannot cache (closures over arrays, object mode)
-    still work, compiled in every process.
+    new copy. Other oracles (closures, functions defined inside functions: one name
+    for many functions) still work, compiled in every process.
     """
     py_oracle = oracle.py_func
     try:
@@ -762,7 +762,8 @@ def _bind(function, oracle):
         function.__code__, {**function.__globals__, "_map_oracle": oracle}, function.__name__
     )
     bound.__qualname__ = f"{function.__name__}[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
-    return nb.njit(cache=True, nogil=True)(bound)
+    cacheable = py_oracle.__closure__ is None and "<locals>" not in py_oracle.__qualname__
+    return nb.njit(cache=cacheable, nogil=True)(bound)
 
 
 def kernel(oracle):
