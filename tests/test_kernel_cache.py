@@ -108,3 +108,20 @@ def test_oracles_sharing_a_name_are_not_cached_on_disk():
         compiled = compiled_active_set.CompiledOracle(oracle, np.zeros(0, np.int64), (), 1)
         codes = compiled_active_set.map_compiled(compiled, scores, np.zeros((1, 0)))
         assert codes.tolist() == [shift]
+
+
+@pytest.mark.parametrize(
+    "structure, u_shape",
+    [
+        (engine.SequenceStructure(), (4, 3)),
+        (engine.DependencyTreeStructure(), (5, 5)),
+        (engine.MatchingStructure(), (3, 4)),
+        (engine.SimplexStructure(), (3,)),
+    ],
+)
+def test_map_and_indicators_of_an_empty_batch(structure, u_shape):
+    v_shape = tuple(structure.v_shape(u_shape))
+    codes = structure.map(np.zeros((0, *u_shape)), np.zeros((0, *v_shape)))
+    assert codes.shape == (0, *structure.code_shape(u_shape, v_shape))
+    m, n = structure.indicators(codes, u_shape, v_shape)
+    assert m.shape == (0, *u_shape) and n.shape == (0, *v_shape)

@@ -16,30 +16,29 @@ from keras_structured.engine.compiled_active_set import CompiledOracle
 
 
 @nb.njit(cache=True, nogil=True)
+def _row_choice_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """The parts of a code: unary part ``(i, code[i])`` of every row; returns their counts."""
+    cols = params[1]
+    for i in range(code.shape[0]):
+        m_indices[i], m_values[i] = i * cols + code[i], 1.0
+    return code.shape[0], 0
+
+
+@nb.njit(cache=True, nogil=True)
 def _row_choice_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
-    """The best column of every row: writes the code and the unary parts, returns their counts."""
+    """The best column of every row: writes the code, then its parts."""
     rows, cols = params[0], params[1]
     for i in range(rows):
-        best = 0
-        for j in range(1, cols):
-            if scores_u[i * cols + j] > scores_u[i * cols + best]:
-                best = j
-        code[i] = best
-        m_indices[i], m_values[i] = i * cols + best, 1.0
-    return rows, 0
+        code[i] = np.argmax(scores_u[i * cols : (i + 1) * cols])
+    return _row_choice_parts(code, params, m_indices, m_values, n_indices, n_values)
 
 
 class RowChoiceStructure(Structure):
     """One column per row: ``m_s`` is an ``(r, K)`` 0/1 matrix with a single one in every row."""
 
-    def indicators(self, codes, u_shape, v_shape, lengths=None):
-        m = np.zeros((len(codes),) + tuple(u_shape))
-        np.put_along_axis(m, codes[:, :, None], 1.0, axis=2)
-        return m, np.zeros((len(codes),) + tuple(v_shape))
-
     def compiled_oracle(self, u_shape, v_shape):
         params = np.array(u_shape, dtype=np.int64)
-        return CompiledOracle(_row_choice_oracle, params, (u_shape[0],), u_shape[0], one_hot_codes=True)
+        return CompiledOracle(_row_choice_oracle, params, (u_shape[0],), u_shape[0], parts=_row_choice_parts)
 
 
 def _rowwise_sparsemax(scores: np.ndarray) -> np.ndarray:
@@ -53,9 +52,13 @@ def test_sparsemap_over_a_product_of_simplices_is_rowwise_sparsemax():
     np.testing.assert_allclose(solution.u, _rowwise_sparsemax(scores), atol=1e-10)
 
 
-def test_batched_map_uses_the_oracle():
+def test_batched_map_and_indicators_use_the_oracle_and_parts():
     scores = np.random.default_rng(1).normal(size=(3, 4, 6))
-    np.testing.assert_array_equal(RowChoiceStructure().map(scores, None), scores.argmax(axis=-1))
+    codes = RowChoiceStructure().map(scores, None)
+    np.testing.assert_array_equal(codes, scores.argmax(axis=-1))
+    m, n = RowChoiceStructure().indicators(codes, (4, 6), (0,))
+    np.testing.assert_array_equal(m, np.eye(6)[codes])
+    assert n.shape == (3, 0)
 
 
 def test_jacobian_matches_finite_differences():

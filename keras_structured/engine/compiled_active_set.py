@@ -85,6 +85,11 @@ class CompiledOracle:
         one_hot_codes: every nonnegative code entry marks one unary part of value 1,
             a different part for a different position or entry (a tree's heads, a
             sequence's labels): the kernel then counts shared parts on the codes.
+        parts: optional numba function ``parts(code, params, m_indices, m_values,
+            n_indices, n_values) -> (count_u, count_v)`` that writes the sparse indicator
+            vectors of a code (in the oracle's ``order``), as the oracle does for the
+            code it finds (the oracle usually ends by calling it). With it,
+            :meth:`Structure.indicators` needs no code of the structure's own.
     """
 
     function: object
@@ -94,6 +99,7 @@ class CompiledOracle:
     nonzeros_v: int = 0
     order: np.ndarray | None = None
     one_hot_codes: bool = False
+    parts: object = None
 
 
 @nb.njit(cache=True, nogil=True)
@@ -738,10 +744,63 @@ def _map_each(flat_u, flat_v, sizes, params, code_size, nonzeros, order):
     return codes
 
 
+def _code_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """Stands for a structure's ``parts`` in :func:`_indicators_each`; :func:`_bind` binds it."""
+    raise NotImplementedError("bound by _bind(_indicators_each, parts, '_code_parts')")
+
+
+def _indicators_each(codes, params, nonzeros, order, du, dv):
+    """Dense ``(batch, du)`` and ``(batch, dv)`` indicator vectors of ``(batch, code_size)``
+    codes, from ``_code_parts`` (unary indices mapped back from the oracle's ``order``)."""
+    batch = codes.shape[0]
+    m, n = np.zeros((batch, du)), np.zeros((batch, dv))
+    m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
+    n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
+    for b in range(batch):
+        count_u, count_v = _code_parts(codes[b], params, m_indices, m_values, n_indices, n_values)
+        for j in range(count_u):
+            index = order[m_indices[j]] if order.shape[0] > 0 else m_indices[j]
+            if index < 0 or index >= du:
+                raise ValueError("a code names a part outside the scores: check the codes")
+            m[b, index] = m_values[j]
+        for j in range(count_v):
+            if n_indices[j] < 0 or n_indices[j] >= dv:
+                raise ValueError("a code names a part outside the scores: check the codes")
+            n[b, n_indices[j]] = n_values[j]
+    return m, n
+
+
+def indicators_compiled(
+    compiled: CompiledOracle, codes: np.ndarray, u_shape: tuple, v_shape: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """The indicator vectors of a batch of codes, from the structure's compiled ``parts``:
+    what :meth:`Structure.indicators` returns for a structure that has them.
+
+    Args:
+        compiled: the structure's :class:`CompiledOracle`, with ``parts``.
+        codes: ``(batch, *code_shape)`` integer codes.
+        u_shape: per-example shape of the unary part.
+        v_shape: per-example shape of the higher-order part.
+
+    Returns:
+        ``(m, n)`` of shapes ``(batch, *u_shape)`` and ``(batch, *v_shape)``.
+    """
+    batch = codes.shape[0]
+    flat_codes = np.ascontiguousarray(codes, dtype=np.int64).reshape(batch, math.prod(codes.shape[1:]))
+    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
+    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
+    du, dv = math.prod(u_shape), math.prod(v_shape)
+    m, n = _bind(_indicators_each, compiled.parts, "_code_parts")(
+        flat_codes, compiled.params, nonzeros, order, du, dv
+    )
+    return m.reshape((batch,) + tuple(u_shape)), n.reshape((batch,) + tuple(v_shape))
+
+
 @functools.cache
-def _bind(function, oracle):
+def _bind(function, oracle, name="_map_oracle"):
     """``function`` (:func:`_solve_one` or :func:`_map_each`) compiled with ``oracle`` as
-    its MAP oracle, cached on disk.
+    its MAP oracle (or :func:`_indicators_each` with ``oracle`` a ``parts`` function as the
+    global ``name``), cached on disk.
 
     Numba cannot cache a function that takes another one as an argument, so each
     oracle gets its own copy, in which the global ``_map_oracle`` is ``oracle``: a
@@ -758,9 +817,7 @@ def _bind(function, oracle):
     except (OSError, TypeError):
         source = py_oracle.__code__.co_code
     tag = f"{py_oracle.__module__}.{py_oracle.__qualname__}.{hashlib.sha256(source).hexdigest()[:12]}"
-    bound = types.FunctionType(
-        function.__code__, {**function.__globals__, "_map_oracle": oracle}, function.__name__
-    )
+    bound = types.FunctionType(function.__code__, {**function.__globals__, name: oracle}, function.__name__)
     bound.__qualname__ = f"{function.__name__}[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
     cacheable = py_oracle.__closure__ is None and "<locals>" not in py_oracle.__qualname__
     return nb.njit(cache=cacheable, nogil=True)(bound)
@@ -792,8 +849,9 @@ def map_compiled(compiled: CompiledOracle, eta_u: np.ndarray, eta_v: np.ndarray,
         ``(batch, *code_shape)`` int64 codes.
     """
     batch = eta_u.shape[0]
-    flat_u = np.ascontiguousarray(eta_u, dtype=np.float64).reshape(batch, -1)
-    flat_v = np.ascontiguousarray(eta_v, dtype=np.float64).reshape(batch, -1)
+    # Sizes, not -1: a batch may be empty.
+    flat_u = np.ascontiguousarray(eta_u, dtype=np.float64).reshape(batch, math.prod(eta_u.shape[1:]))
+    flat_v = np.ascontiguousarray(eta_v, dtype=np.float64).reshape(batch, math.prod(eta_v.shape[1:]))
     order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
     nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
     codes = _bind(_map_each, compiled.function)(

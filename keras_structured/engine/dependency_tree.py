@@ -36,10 +36,21 @@ def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indi
     size, projective = params[0], params[2] == 1
     words = size - 1 if length[0] < 0 else length[0]
     _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, projective, code, not projective)
-    for d in range(1, words + 1):
-        index = code[d] * size + d if projective else d * size + code[d]
-        m_indices[d - 1], m_values[d - 1] = index, 1.0
-    return words, 0
+    return _tree_parts(code, params, m_indices, m_values, n_indices, n_values)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tree_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """The arcs of a tree given by its heads (see :class:`CompiledOracle`), in the oracle's
+    order: ``[dependent, head]`` for non-projective trees, ``[head, dependent]`` otherwise."""
+    size, projective = params[0], params[2] == 1
+    count = 0
+    for d in range(1, size):
+        if code[d] >= 0:
+            m_indices[count] = code[d] * size + d if projective else d * size + code[d]
+            m_values[count] = 1.0
+            count += 1
+    return count, 0
 
 
 def _by_dependent(size: int) -> np.ndarray:
@@ -141,13 +152,6 @@ class DependencyTreeStructure(Structure):
         self.single_root = bool(single_root)
         self.projective = bool(projective)
 
-    def indicators(self, codes, u_shape, v_shape, lengths=None):
-        batch, size = codes.shape
-        m = np.zeros((batch, size, size))
-        rows, dependents = np.nonzero(codes >= 0)
-        m[rows, codes[rows, dependents], dependents] = 1.0
-        return m, np.zeros((batch,) + tuple(v_shape))
-
     def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
         size = u_shape[0]
         expected = (
@@ -175,7 +179,13 @@ class DependencyTreeStructure(Structure):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
         order = None if self.projective else _by_dependent(u_shape[0])
         return CompiledOracle(
-            _tree_oracle, params, (u_shape[0],), max(u_shape[0] - 1, 0), order=order, one_hot_codes=True
+            _tree_oracle,
+            params,
+            (u_shape[0],),
+            max(u_shape[0] - 1, 0),
+            order=order,
+            one_hot_codes=True,
+            parts=_tree_parts,
         )
 
     def validate_shapes(self, u_shape, v_shape):

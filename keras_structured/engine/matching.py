@@ -70,13 +70,19 @@ def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_
     else:
         for j, i in enumerate(_max_assignment(scores.T.copy())):
             code[i] = j
-    count = 0
     for i in range(used_rows):
-        j = code[i]
-        if j >= 0 and partial and scores_u[i * cols + j] <= threshold:
+        if code[i] >= 0 and partial and scores_u[i * cols + code[i]] <= threshold:
             code[i] = -1
-        elif j >= 0:
-            m_indices[count], m_values[count] = i * cols + j, 1.0
+    return _matching_parts(code, params, m_indices, m_values, n_indices, n_values)
+
+
+@nb.njit(cache=True, nogil=True)
+def _matching_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """The pairs ``(i, code[i])`` of a matching (see :class:`CompiledOracle`)."""
+    cols, count = params[1], 0
+    for i in range(code.shape[0]):
+        if code[i] >= 0:
+            m_indices[count], m_values[count] = i * cols + code[i], 1.0
             count += 1
     return count, 0
 
@@ -130,19 +136,6 @@ class MatchingStructure(Structure):
                 raise ValueError(f"unmatched_score must be finite or None. Received: {unmatched_score}")
         self.unmatched_score = unmatched_score
 
-    def indicators(
-        self,
-        codes: np.ndarray,
-        u_shape: tuple[int, ...],
-        v_shape: tuple[int, ...],
-        lengths: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        batch = codes.shape[0]
-        m = np.zeros((batch,) + tuple(u_shape))
-        examples, rows = np.nonzero(codes >= 0)
-        m[examples, rows, codes[examples, rows]] = 1.0
-        return m, np.zeros((batch,) + tuple(v_shape))
-
     def validate_codes(
         self, codes: np.ndarray, u_shape: tuple, lengths: np.ndarray | None = None, name: str = "codes"
     ) -> None:
@@ -169,7 +162,9 @@ class MatchingStructure(Structure):
         params = np.array(
             [u_shape[0], u_shape[1], self.unmatched_score is not None, threshold], dtype=np.int64
         )
-        return CompiledOracle(_matching_oracle, params, (u_shape[0],), min(u_shape), one_hot_codes=True)
+        return CompiledOracle(
+            _matching_oracle, params, (u_shape[0],), min(u_shape), one_hot_codes=True, parts=_matching_parts
+        )
 
     def validate_shapes(self, u_shape: tuple, v_shape: tuple) -> None:
         if len(u_shape) != 2:

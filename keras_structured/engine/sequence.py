@@ -57,11 +57,24 @@ def _viterbi_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_i
     code[size - 1] = label
     for i in range(size - 1, 0, -1):
         code[i - 1] = backpointers[i, code[i]]
-    for i in range(size):
-        m_indices[i], m_values[i] = i * num_labels + code[i], 1.0
-    for i in range(size - 1):
-        n_indices[i], n_values[i] = (i * num_labels + code[i]) * num_labels + code[i + 1], 1.0
-    return size, size - 1
+    return _sequence_parts(code, params, m_indices, m_values, n_indices, n_values)
+
+
+@nb.njit(cache=True, nogil=True)
+def _sequence_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """The parts of a label sequence (see :class:`CompiledOracle`): a label at every
+    labelled position, a transition between consecutive labelled positions."""
+    n, num_labels = params[0], params[1]
+    count_u = count_v = 0
+    for i in range(n):
+        if code[i] >= 0:
+            m_indices[count_u], m_values[count_u] = i * num_labels + code[i], 1.0
+            count_u += 1
+            if i + 1 < n and code[i + 1] >= 0:
+                n_indices[count_v] = (i * num_labels + code[i]) * num_labels + code[i + 1]
+                n_values[count_v] = 1.0
+                count_v += 1
+    return count_u, count_v
 
 
 class SequenceStructure(Structure):
@@ -86,19 +99,6 @@ class SequenceStructure(Structure):
 
     lengths_from_codes = True
 
-    def indicators(self, codes, u_shape, v_shape, lengths=None):
-        batch, n = codes.shape
-        num_labels = u_shape[1]
-        rows = np.arange(batch)[:, None]
-        positions = np.arange(n)[None, :]
-        labelled = codes >= 0
-        m = np.zeros((batch, n, num_labels))
-        m[rows, positions, np.maximum(codes, 0)] = labelled
-        pair = np.zeros((batch, max(n - 1, 0), num_labels, num_labels))
-        both = labelled[:, :-1] & labelled[:, 1:]
-        pair[rows, positions[:, :-1], np.maximum(codes[:, :-1], 0), np.maximum(codes[:, 1:], 0)] = both
-        return m, pair
-
     def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
         n, num_labels = u_shape
         expected = (
@@ -119,6 +119,7 @@ class SequenceStructure(Structure):
             u_shape[0],
             max(u_shape[0] - 1, 0),
             one_hot_codes=True,
+            parts=_sequence_parts,
         )
 
     def v_shape(self, u_shape):

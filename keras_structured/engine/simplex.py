@@ -13,6 +13,12 @@ from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 def _argmax_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
     """Compiled simplex MAP: the vertex of the largest score (see :class:`CompiledOracle`)."""
     code[0] = np.argmax(scores_u)
+    return _vertex_parts(code, params, m_indices, m_values, n_indices, n_values)
+
+
+@nb.njit(cache=True, nogil=True)
+def _vertex_parts(code, params, m_indices, m_values, n_indices, n_values):
+    """The one part of vertex ``code[0]`` (see :class:`CompiledOracle`)."""
     m_indices[0], m_values[0] = code[0], 1.0
     return 1, 0
 
@@ -29,18 +35,15 @@ class SimplexStructure(Structure):
         array([1])
     """
 
-    def indicators(self, codes, u_shape, v_shape, lengths=None):
-        m = np.zeros((codes.shape[0],) + tuple(u_shape))
-        m[np.arange(codes.shape[0]), codes] = 1.0
-        return m, np.zeros((codes.shape[0],) + tuple(v_shape))
-
     def validate_codes(self, codes, u_shape, lengths=None, name="codes"):
         expected = f"one class index in [0, {u_shape[0]}) per example"
         raise_for_invalid_codes(codes.shape[1:] != (), codes, name, expected)
         raise_for_invalid_codes((codes < 0) | (codes >= u_shape[0]), codes, name, expected)
 
     def compiled_oracle(self, u_shape, v_shape):
-        return CompiledOracle(_argmax_oracle, np.zeros(0, dtype=np.int64), (), 1, one_hot_codes=True)
+        return CompiledOracle(
+            _argmax_oracle, np.zeros(0, dtype=np.int64), (), 1, one_hot_codes=True, parts=_vertex_parts
+        )
 
     def validate_shapes(self, u_shape, v_shape):
         if len(u_shape) != 1:

@@ -33,16 +33,14 @@ asks which structure it holds):
 
 from __future__ import annotations
 
-import abc
-
 import numpy as np
 
-from keras_structured.engine.compiled_active_set import map_compiled
+from keras_structured.engine.compiled_active_set import indicators_compiled, map_compiled
 
 _REGISTRY: dict[str, type] = {}
 
 
-class Structure(abc.ABC):
+class Structure:
     """Base class of the structures that SparseMAP can solve over.
 
     Subclasses implement :meth:`indicators` and either :meth:`compiled_oracle` (then
@@ -91,7 +89,6 @@ class Structure(abc.ABC):
             raise NotImplementedError(f"{type(self).__name__} must implement map() or compiled_oracle().")
         return map_compiled(compiled, eta_u, eta_v, lengths)
 
-    @abc.abstractmethod
     def indicators(
         self,
         codes: np.ndarray,
@@ -101,15 +98,26 @@ class Structure(abc.ABC):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Return the indicator vectors ``(m_s, n_s)`` of a batch of codes.
 
+        Structures whose :meth:`compiled_oracle` has ``parts`` inherit this method: the
+        one routine that turns codes into parts, as their oracle does. The others
+        implement it.
+
         Args:
             codes: the output of :meth:`map`.
             u_shape: per-example shape of the unary part.
             v_shape: per-example shape of the higher-order part.
-            lengths: optional per-example sizes, as given to :meth:`map`.
+            lengths: optional per-example sizes, as given to :meth:`map` (codes are
+                already -1 past them).
 
         Returns:
             ``(m, n)`` with shapes ``(batch, *u_shape)`` and ``(batch, *v_shape)``.
         """
+        compiled = self.compiled_oracle(tuple(u_shape), tuple(v_shape))
+        if compiled is None or compiled.parts is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement indicators() or a compiled oracle with parts."
+            )
+        return indicators_compiled(compiled, np.asarray(codes), tuple(u_shape), tuple(v_shape))
 
     def compiled_oracle(self, u_shape: tuple[int, ...], v_shape: tuple[int, ...]):
         """A :class:`~keras_structured.engine.compiled_active_set.CompiledOracle`, or None.
