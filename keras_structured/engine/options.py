@@ -28,7 +28,7 @@ from keras_structured._validation import check_bool, check_integer, check_number
 from keras_structured.engine.active_set import ActiveSetSolver
 from keras_structured.engine.frank_wolfe import FrankWolfeSolver
 
-__all__ = ["DEFAULT_MAX_ITER", "METHODS", "SolverOptions", "resolve_options"]
+__all__ = ["DEFAULT_MAX_ITER", "METHODS", "SolverOptions", "SolverSettings", "resolve_options"]
 
 METHODS = {
     "active_set": ActiveSetSolver,
@@ -85,6 +85,29 @@ class SolverOptions:
     def get_config(self) -> dict:
         """The settings as a dict of plain values (``SolverOptions(**config)`` rebuilds them)."""
         return dataclasses.asdict(self)
+
+
+class SolverSettings:
+    """Read-only ``method``, ``tol``, ``max_iter`` and ``exact_jacobian`` attributes from a
+    ``self.options`` :class:`SolverOptions` (for the layers and losses that hold one)."""
+
+    options: SolverOptions
+
+    @property
+    def method(self) -> str:
+        return self.options.method
+
+    @property
+    def tol(self) -> float:
+        return self.options.tol
+
+    @property
+    def max_iter(self) -> int:
+        return self.options.max_iter
+
+    @property
+    def exact_jacobian(self) -> bool:
+        return self.options.exact_jacobian
 
 
 _DEFAULT = SolverOptions()

@@ -25,7 +25,7 @@ from keras_structured.engine import (
     structure_from_config,
     structure_to_config,
 )
-from keras_structured.engine.options import resolve_options
+from keras_structured.engine.options import SolverSettings, resolve_options
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 
 
@@ -37,7 +37,7 @@ def _lengths_from_mask(mask, offset: int = 0):
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
-class SparseMAP(keras.layers.Layer):
+class SparseMAP(SolverSettings, keras.layers.Layer):
     """SparseMAP over any structure: returns the unary marginals ``u``.
 
     Args:
@@ -98,22 +98,6 @@ class SparseMAP(keras.layers.Layer):
         )
         self.structure = structure
         self.return_structures = bool(return_structures)
-
-    @property
-    def method(self) -> str:
-        return self.options.method
-
-    @property
-    def tol(self) -> float:
-        return self.options.tol
-
-    @property
-    def max_iter(self) -> int:
-        return self.options.max_iter
-
-    @property
-    def exact_jacobian(self) -> bool:
-        return self.options.exact_jacobian
 
     def _solver_options(self) -> dict:
         return dict(options=self.options, return_info=self.return_structures)

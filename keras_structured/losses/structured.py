@@ -68,7 +68,7 @@ from keras_structured.engine import (
     structure_from_config,
     structure_to_config,
 )
-from keras_structured.engine.options import resolve_options
+from keras_structured.engine.options import SolverSettings, resolve_options
 from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
@@ -364,7 +364,7 @@ class _StructuredLoss(keras.losses.Loss):
         return config
 
 
-class _SparseMAPLossBase(_StructuredLoss):
+class _SparseMAPLossBase(SolverSettings, _StructuredLoss):
     """Stores the solver options of a SparseMAP loss, checked once.
 
     ``options.exact_jacobian`` has no effect: by Danskin's theorem the solver is not
@@ -376,18 +376,6 @@ class _SparseMAPLossBase(_StructuredLoss):
     def __init__(self, structure, cost_weight, method, tol, max_iter, reduction, name, dtype, options):
         super().__init__(structure, cost_weight, reduction, name, dtype)
         self.options = resolve_options(options, method=method, tol=tol, max_iter=max_iter)
-
-    @property
-    def method(self) -> str:
-        return self.options.method
-
-    @property
-    def tol(self) -> float:
-        return self.options.tol
-
-    @property
-    def max_iter(self) -> int:
-        return self.options.max_iter
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
