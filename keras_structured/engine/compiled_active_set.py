@@ -499,7 +499,9 @@ def _grow_1d(buffer, rows):
 
 
 # Explicit loops instead of slice assignments, here and in the kernel: numba compiles a
-# broadcasting assignment with its error-message formatting, seconds per signature.
+# broadcasting assignment with its error-message formatting, seconds per signature. For the
+# same reason the kernel passes np.bool_/np.int64 values, not literals: a literal argument
+# type compiles the callee once more.
 @nb.njit(cache=True, nogil=True)
 def _copy_into(source, target):
     """``target[:rows, :columns] = source`` for a 2-d ``source`` no larger than ``target``."""
@@ -575,7 +577,8 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     count_u, count_v, k = np.int64(count_u), np.int64(count_v), np.int64(1)
     Mi, Mv = _store_row(Mi, Mv, Mw, slots[0], m_indices, m_values, count_u)
     Ni, Nv = _store_row(Ni, Nv, Nw, slots[0], n_indices, n_values, count_v)
-    Cb[0], Ch[0] = code, _code_hash(code)
+    _copy_into(code.reshape((1, -1)), Cb)  # Cb[0] = code
+    Ch[0] = _code_hash(code)
     y[0] = 1.0
     theta[0] = _sparse_dot(m_indices, m_values, count_u, eta_u) + _sparse_dot(
         n_indices, n_values, count_v, eta_v
@@ -648,7 +651,7 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
                 for _ in range(REFINEMENTS - 1):
                     _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
                 size = k
-                k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, False)
+                k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(False))
                 refined = True
                 if accurate and k == size:
                     status = CONVERGED
@@ -659,7 +662,7 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
                 break
             # The unchecked point is off: rebuild the inverse and solve again.
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
-            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, True)
+            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(True))
             checked = True
             continue
         if active:
@@ -689,7 +692,8 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
             row = slots[k - 1]
             Mi, Mv = _store_row(Mi, Mv, Mw, row, m_indices, m_values, count_u)
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
-            Cb[row], Ch[row] = code, code_hash
+            _copy_into(code.reshape((1, -1)), Cb[row:])  # Cb[row] = code
+            Ch[row] = code_hash
         checked = iteration % _CHECK_EVERY == _CHECK_EVERY - 1
         refined = False
         k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
@@ -698,7 +702,7 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     objective = _dot(eta_u, u) + _dot(eta_v, v) - 0.5 * _dot(u, u)
     codes = np.zeros((k, code_size), np.int64)
     for i in range(k):
-        codes[i] = Cb[slots[i]]
+        _copy_into(Cb[slots[i] : slots[i] + 1], codes[i:])  # codes[i] = Cb[slots[i]]
     m_rows, m_row_values = _active_rows(Mi, Mv, Mw, slots, k)
     n_rows, n_row_values = _active_rows(Ni, Nv, Nw, slots, k)
     if order.shape[0] > 0:  # back to the flat order
