@@ -101,6 +101,16 @@ class CompiledOracle:
     one_hot_codes: bool = False
     parts: object = None
 
+    @property
+    def kernel_order(self) -> np.ndarray:
+        """``order`` as the compiled functions take it: empty for the flat order."""
+        return np.zeros(0, np.int64) if self.order is None else self.order
+
+    @property
+    def nonzero_bounds(self) -> np.ndarray:
+        """``[nonzeros_u, nonzeros_v]`` as an int64 array, as the compiled functions take it."""
+        return np.array([self.nonzeros_u, self.nonzeros_v], np.int64)
+
 
 @nb.njit(cache=True, nogil=True)
 def _dot(a, b):
@@ -791,11 +801,9 @@ def indicators_compiled(
     """
     batch = codes.shape[0]
     flat_codes = np.ascontiguousarray(codes, dtype=np.int64).reshape(batch, math.prod(codes.shape[1:]))
-    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
-    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
     du, dv = math.prod(u_shape), math.prod(v_shape)
     m, n = _bind(_indicators_each, compiled.parts, "_code_parts")(
-        flat_codes, compiled.params, nonzeros, order, du, dv
+        flat_codes, compiled.params, compiled.nonzero_bounds, compiled.kernel_order, du, dv
     )
     return m.reshape((batch,) + tuple(u_shape)), n.reshape((batch,) + tuple(v_shape))
 
@@ -856,16 +864,14 @@ def map_compiled(compiled: CompiledOracle, eta_u: np.ndarray, eta_v: np.ndarray,
     # Sizes, not -1: a batch may be empty.
     flat_u = np.ascontiguousarray(eta_u, dtype=np.float64).reshape(batch, math.prod(eta_u.shape[1:]))
     flat_v = np.ascontiguousarray(eta_v, dtype=np.float64).reshape(batch, math.prod(eta_v.shape[1:]))
-    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
-    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
     codes = _bind(_map_each, compiled.function)(
         flat_u,
         flat_v,
         _sizes(lengths, batch),
         compiled.params,
         math.prod(compiled.code_shape),
-        nonzeros,
-        order,
+        compiled.nonzero_bounds,
+        compiled.kernel_order,
     )
     return codes.reshape((batch,) + tuple(compiled.code_shape))
 
@@ -887,8 +893,7 @@ def solve_compiled(
         compiled.params,
         math.prod(compiled.code_shape),
     )
-    nonzeros = np.array([compiled.nonzeros_u, compiled.nonzeros_v], np.int64)
-    order = np.zeros(0, np.int64) if compiled.order is None else compiled.order
+    nonzeros, order = compiled.nonzero_bounds, compiled.kernel_order
 
     def solve_example(b):
         result = solve_one(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -53,9 +55,13 @@ def _tree_parts(code, params, m_indices, m_values, n_indices, n_values):
     return count, 0
 
 
+@functools.cache  # every batched map and indicators call asks for it
 def _by_dependent(size: int) -> np.ndarray:
-    """Positions in the flat ``[head, dependent]`` scores of the ``[dependent, head]`` layout."""
-    return np.arange(size * size).reshape(size, size).T.ravel()
+    """Positions in the flat ``[head, dependent]`` scores of the ``[dependent, head]`` layout
+    (read-only: the array is shared)."""
+    order = np.arange(size * size).reshape(size, size).T.ravel()
+    order.flags.writeable = False
+    return order
 
 
 def best_trees(

@@ -43,8 +43,9 @@ _REGISTRY: dict[str, type] = {}
 class Structure:
     """Base class of the structures that SparseMAP can solve over.
 
-    Subclasses implement :meth:`indicators` and either :meth:`compiled_oracle` (then
-    :meth:`map` runs it on every example) or :meth:`map`, on batches, and may
+    Subclasses implement either :meth:`compiled_oracle` (then :meth:`map` runs its oracle
+    on every example, and :meth:`indicators` its ``parts`` on every code) or :meth:`map`
+    and :meth:`indicators`, on batches, and may
     override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`validate_codes`,
     :meth:`v_shape`, :meth:`code_shape`, :meth:`split_scores`, :attr:`lengths_from_codes`
     and :meth:`get_config` (constructor arguments, for serialization). Every subclass is
