@@ -1,4 +1,5 @@
-"""The compiled kernel is cached on disk, says when it compiles, and can be warmed up."""
+"""The compiled kernel is one function for every structure, cached on disk; it says when
+it compiles, and can be warmed up."""
 
 import json
 import logging
@@ -11,19 +12,19 @@ import numpy as np
 import pytest
 
 from keras_structured import engine
-from keras_structured.engine import compiled_active_set
+from keras_structured.engine import compiled_active_set, oracle_address
 
 _FIRST_CALL = r"""
 import json, time
 import numba as nb
 import numpy as np
 from keras_structured import engine
-from keras_structured.engine.compiled_active_set import kernel
+from keras_structured.engine.compiled_active_set import _solve_one
 structure = engine.SimplexStructure()
 start = time.perf_counter()
 engine.solve(structure, np.ones((2, 4)))
 seconds = time.perf_counter() - start
-stats = kernel(structure.compiled_oracle((4,), (0,)).function).stats
+stats = _solve_one.stats
 print(json.dumps({"seconds": seconds, "hits": sum(stats.cache_hits.values())}))
 """
 
@@ -43,28 +44,56 @@ def test_a_new_process_loads_the_kernel_from_the_disk_cache():
     assert again["seconds"] < 5.0, again
 
 
-def test_each_oracle_gets_its_own_cached_kernel():
-    tree = engine.DependencyTreeStructure().compiled_oracle((4, 4), (0,)).function
-    sequence = engine.SequenceStructure().compiled_oracle((3, 2), (2, 2, 2)).function
-    assert compiled_active_set.kernel(tree) is compiled_active_set.kernel(tree)
-    assert compiled_active_set.kernel(tree) is not compiled_active_set.kernel(sequence)
-    names = {compiled_active_set.kernel(f).py_func.__qualname__ for f in (tree, sequence)}
-    assert all("_tree_oracle" in name or "_viterbi_oracle" in name for name in names), names
+def test_one_kernel_serves_every_structure():
+    rng = np.random.default_rng(0)
+    for structure, u_shape in [
+        (engine.DependencyTreeStructure(), (5, 5)),
+        (engine.DependencyTreeStructure(projective=True), (5, 5)),
+        (engine.SequenceStructure(), (4, 3)),
+        (engine.MatchingStructure(), (3, 4)),
+    ]:
+        v_shape = tuple(structure.v_shape(u_shape))
+        engine.solve(structure, rng.normal(size=(2, *u_shape)), rng.normal(size=(2, *v_shape)))
+    assert len(compiled_active_set._solve_one.signatures) == 1
+    assert type(compiled_active_set._solve_one._cache).__name__ == "FunctionCache"
 
 
-def test_the_first_call_of_a_process_is_logged(caplog, monkeypatch):
-    structure = engine.SimplexStructure()
-    engine.solve(structure, np.ones((1, 3)))  # compiled, so on disk
-    fresh = compiled_active_set._bind.__wrapped__  # a new dispatcher: as in a new process
-    monkeypatch.setattr(compiled_active_set, "_bind", fresh)
-    with caplog.at_level(logging.DEBUG, logger="keras_structured.engine.compiled_active_set"):
-        solution = engine.solve(structure, np.array([[1.0, 0.5, -1.0], [0.0, 0.0, 0.0]]))
+def test_compilation_is_announced_once_with_what_is_compiled(caplog):
+    logger = "keras_structured.engine.oracle_address"
+    # A new dispatcher of the kernel's function finds the kernel on disk, as a new process does.
+    fresh = nb.njit(cache=True, nogil=True)(compiled_active_set._solve_one.py_func)
+    engine.solve(engine.SimplexStructure(), np.ones((1, 3)))  # compiled, so on disk
+    with caplog.at_level(logging.DEBUG, logger=logger):
+        oracle_address.announce_compilation(fresh, "the SparseMAP solver")
+        oracle = _shifted_argmax_oracle(0)  # a new function: compiled here
+        solution = engine.solve(_ShiftedSimplex(oracle), np.array([[1.0, 0.5, -1.0], [0.0, 0.0, 0.0]]))
+        engine.solve(_ShiftedSimplex(oracle), np.ones((1, 3)))  # compiled: no second message
     np.testing.assert_allclose(solution.u[0], [0.75, 0.25, 0.0])
-    messages = [
-        record.getMessage() for record in caplog.records if record.name == compiled_active_set.__name__
-    ]
-    assert len(messages) == 1 and "_argmax_oracle" in messages[0], messages
-    assert "disk cache" in messages[0]
+    messages = [record.getMessage() for record in caplog.records if record.name == logger]
+    assert len(messages) == 2, messages
+    assert "Loading the SparseMAP solver from numba's disk cache" in messages[0]
+    assert "Compiling the MAP oracle" in messages[1] and "oracle" in messages[1] and "once" in messages[1]
+
+
+def test_an_oracle_that_does_not_fit_the_contract_gets_a_clear_error():
+    with pytest.raises(TypeError, match="must be a numba.njit function. Received: function="):
+        oracle_address.address(lambda *args: (0, 0), oracle_address.ORACLE)
+
+    @nb.njit
+    def three_arguments(scores_u, scores_v, length):
+        return 0, 0
+
+    with pytest.raises(TypeError, match="does not compile for the arguments"):
+        oracle_address.address(three_arguments, oracle_address.ORACLE)
+
+    @nb.njit
+    def literal_counts(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+        return 1, 0
+
+    with pytest.raises(
+        TypeError, match=r"two int64 counts, e.g. `return np.int64\(1\).*Received: .*literal_counts"
+    ):
+        oracle_address.address(literal_counts, oracle_address.ORACLE)
 
 
 def test_warmup_compiles_the_built_in_structures_and_named_ones():
@@ -91,22 +120,27 @@ def _shifted_argmax_oracle(shift: int):
     def oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
         code[0] = (np.argmax(scores_u) + shift) % scores_u.shape[0]
         m_indices[0], m_values[0] = code[0], 1.0
-        return 1, 0
+        return np.int64(1), np.int64(0)
 
     return oracle
 
 
-def test_oracles_sharing_a_name_are_not_cached_on_disk():
-    """A disk cache keyed by name would hand one closure's kernel to the other."""
+class _ShiftedSimplex(engine.SimplexStructure):
+    """The simplex with another compiled oracle."""
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+
+    def compiled_oracle(self, u_shape, v_shape):
+        return compiled_active_set.CompiledOracle(self.oracle, np.zeros(0, np.int64), (), 1)
+
+
+def test_oracles_sharing_a_name_stay_apart():
+    """One name (``...<locals>.oracle``) for two functions: each keeps its own code."""
     oracles = [_shifted_argmax_oracle(shift) for shift in (0, 1)]
-    kernels = [compiled_active_set.kernel(oracle) for oracle in oracles]
-    assert [type(k._cache).__name__ for k in kernels] == ["NullCache", "NullCache"]
-    built_in = engine.SimplexStructure().compiled_oracle((3,), (0,)).function
-    assert type(compiled_active_set.kernel(built_in)._cache).__name__ == "FunctionCache"
     scores = np.array([[3.0, 0.0, 0.0]])
     for shift, oracle in zip((0, 1), oracles, strict=True):
-        compiled = compiled_active_set.CompiledOracle(oracle, np.zeros(0, np.int64), (), 1)
-        codes = compiled_active_set.map_compiled(compiled, scores, np.zeros((1, 0)))
+        codes = _ShiftedSimplex(oracle).map(scores, np.zeros((1, 0)))
         assert codes.tolist() == [shift]
 
 

@@ -21,7 +21,7 @@ def _row_choice_parts(code, params, m_indices, m_values, n_indices, n_values):
     cols = params[1]
     for i in range(code.shape[0]):
         m_indices[i], m_values[i] = i * cols + code[i], 1.0
-    return code.shape[0], 0
+    return np.int64(code.shape[0]), np.int64(0)
 
 
 @nb.njit(cache=True, nogil=True)

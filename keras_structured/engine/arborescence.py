@@ -158,10 +158,7 @@ def max_arborescence_by_dependent(scores: np.ndarray, n: int, single_root: bool,
         [-1, 0, 1]
     """
     _check_sizes(scores, n, heads)
-    if scores.shape[0] == n + 1 and scores.shape[1] == n + 1:  # keeps the contiguous layout
-        _search(scores, n, single_root, heads)
-    else:
-        _search(scores[: n + 1, : n + 1], n, single_root, heads)
+    _search(scores, n, single_root, heads)  # only reads and writes scores[:n + 1, :n + 1]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,8 +9,11 @@ A structure opts in by implementing ``compiled_oracle()`` that returns a
 :class:`CompiledOracle`: a numba function
 ``oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code)``
 that writes the MAP structure's flat indicator vectors as sparse lists and its
-integer code in place and returns the numbers of nonzeros ``(count_u, count_v)``,
+integer code in place and returns the numbers of nonzeros ``(count_u, count_v)`` (int64),
 plus the structure's integer ``params``, code shape and bounds on the nonzeros.
+The kernel is one function for every structure, cached on disk: it receives the
+oracle as the address of its machine code (:mod:`~keras_structured.engine.oracle_address`),
+so a structure's first solve compiles only its oracle.
 ``scores_u`` is the kernel's scratch copy, which the oracle may overwrite, in
 the order the oracle asks for (``order``, e.g. a transposition).
 Everything the kernel does per iteration then costs O(nonzeros) or O(|I|^2),
@@ -23,17 +26,21 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
-import hashlib
-import inspect
 import itertools
-import logging
 import math
 import os
-import re
-import types
 
 import numba as nb
 import numpy as np
+
+from keras_structured.engine.oracle_address import (
+    ORACLE,
+    PARTS,
+    address,
+    announce_compilation,
+    oracle_at,
+    parts_at,
+)
 
 # Same meaning as in active_set.py: squared distance (relative to ||m||^2) below
 # which a unary vector counts as lying in the affine hull of the active ones.
@@ -56,7 +63,6 @@ _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 # structure before tol; stopped by max_iter within tol but before exact termination.
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 _THREADS = min(8, os.cpu_count() or 1)
-_LOGGER = logging.getLogger(__name__)
 
 
 # What the kernel returns for one example: the fields of ExampleSolution (support.py),
@@ -73,8 +79,11 @@ class CompiledOracle:
     """A numba MAP oracle with its structure-specific parameters.
 
     Attributes:
-        function: ``oracle(scores_u, scores_v, length, params, m_indices, m_values,
-            n_indices, n_values, code) -> (count_u, count_v)``.
+        function: a ``numba.njit`` function ``oracle(scores_u, scores_v, length, params,
+            m_indices, m_values, n_indices, n_values, code) -> (count_u, count_v)``: C-contiguous
+            float64 scores and nonzero values, int64 ``length`` (one entry per size,
+            negative for the full size), params, indices and code; two int64 counts
+            (:data:`~keras_structured.engine.oracle_address.ORACLE`).
         params: int64 array of structure parameters (sizes, options).
         code_shape: shape of the integer code of one structure, as :meth:`Structure.map`
             returns it per example (the oracle writes it flattened).
@@ -101,10 +110,14 @@ class CompiledOracle:
     one_hot_codes: bool = False
     parts: object = None
 
+    def __post_init__(self):
+        # The compiled functions take writable C-contiguous int64 arrays: one specialisation.
+        object.__setattr__(self, "params", np.require(self.params, np.int64, ("C", "W")))
+
     @property
     def kernel_order(self) -> np.ndarray:
-        """``order`` as the compiled functions take it: empty for the flat order."""
-        return np.zeros(0, np.int64) if self.order is None else self.order
+        """``order`` as the compiled functions take it (writable): empty for the flat order."""
+        return np.zeros(0, np.int64) if self.order is None else np.require(self.order, np.int64, ("C", "W"))
 
     @property
     def nonzero_bounds(self) -> np.ndarray:
@@ -225,7 +238,7 @@ def _schur(kinv, k, m_squared, border, w):
     ``m.m - border.w``."""
     for i in range(k + 1):
         w[i] = 0.0
-    _accumulate(kinv, k + 1, 0, border, w)
+    _accumulate(kinv, k + 1, np.int64(0), border, w)
     return m_squared - _dot(border[: k + 1], w[: k + 1])
 
 
@@ -257,7 +270,7 @@ def _hull_distance(Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, w, 
             residual[i + 1] -= w[0]
         for i in range(k + 1):
             delta[i] = 0.0
-        _accumulate(kinv, k + 1, 0, residual, delta)
+        _accumulate(kinv, k + 1, np.int64(0), residual, delta)
         for i in range(k + 1):
             w[i] += delta[i]
         _clear(Mi, Mw, slots, k, m_indices, count_u, dense)
@@ -289,7 +302,7 @@ def _solution(kinv, k, theta, solution):
     """``solution = K^{-1} [1; theta] = (tau, y_hat)`` from scratch."""
     for i in range(k + 1):
         solution[i] = kinv[0, i]
-    _accumulate(kinv, k + 1, 1, theta, solution)
+    _accumulate(kinv, k + 1, np.int64(1), theta, solution)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -425,7 +438,7 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
         worst, scale = max(worst, abs(residual[i + 1])), max(scale, abs(theta[i]))
     for i in range(k + 1):
         delta[i] = 0.0
-    _accumulate(kinv, k + 1, 0, residual, delta)
+    _accumulate(kinv, k + 1, np.int64(0), residual, delta)
     for i in range(k + 1):
         solution[i] += delta[i]
     return worst / scale
@@ -556,9 +569,12 @@ def _active_rows(indices, values, widths, slots, k):
     return out_indices, out_values
 
 
-def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact):
-    """Active-set SparseMAP of one example, MAP calls to ``_map_oracle`` included, in the
-    oracle's ``order`` of the unary part (empty: the flat order) until the end.
+@nb.njit(cache=True, nogil=True)
+def _solve_one(
+    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
+):
+    """Active-set SparseMAP of one example, MAP calls to the oracle at address ``oracle``
+    included, in the oracle's ``order`` of the unary part (empty: the flat order) until the end.
 
     It stops once the gap is within ``tol``. With ``exact``, it goes on to the active
     set's finite termination: the MAP structure adds nothing, being active or in the
@@ -566,6 +582,7 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     or its gap is rounding error (``ROUNDING_GAP``). Only that support spans the
     face of the solution, which the Jacobian projects on; a problem stopped by
     ``max_iter`` between ``tol`` and termination gets ``TOL_REACHED``."""
+    map_oracle = oracle_at(oracle)
     if order.shape[0] > 0:
         eta_u = eta_u[order]
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
@@ -580,11 +597,10 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
     u, iterate = np.zeros(du), eta_u.copy()
-    count_u, count_v = _map_oracle(
+    count_u, count_v = map_oracle(
         iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
     )
-    # int64 whatever the oracle returns: literal types would compile the helpers again
-    count_u, count_v, k = np.int64(count_u), np.int64(count_v), np.int64(1)
+    k = np.int64(1)
     Mi, Mv = _store_row(Mi, Mv, Mw, slots[0], m_indices, m_values, count_u)
     Ni, Nv = _store_row(Ni, Nv, Nw, slots[0], n_indices, n_values, count_v)
     _copy_into(code.reshape((1, -1)), Cb)  # Cb[0] = code
@@ -605,10 +621,9 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     refined = False
     for iteration in range(max_iter):
         u_squared = _linearize(eta_u, u, iterate)
-        count_u, count_v = _map_oracle(
+        count_u, count_v = map_oracle(
             iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
         )
-        count_u, count_v = np.int64(count_u), np.int64(count_v)
         calls += 1
         # <eta_u, u> + <eta_v, v> = sum_i y_i theta_i: v itself is only needed at the end.
         linear = _dot(y[:k], theta[:k])
@@ -717,7 +732,8 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     n_rows, n_row_values = _active_rows(Ni, Nv, Nw, slots, k)
     if order.shape[0] > 0:  # back to the flat order
         flat_u = np.empty(du)
-        flat_u[order] = u
+        for j in range(du):  # flat_u[order] = u, without numba's shape-mismatch message
+            flat_u[order[j]] = u[j]
         u = flat_u
         for i in range(k):
             for j in range(m_rows.shape[1]):
@@ -740,38 +756,33 @@ def _solve_one(eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot
     )
 
 
-def _map_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
-    """Stands for the structure's oracle in :func:`_solve_one`; :func:`kernel` binds it."""
-    raise NotImplementedError("the kernel is compiled by kernel(oracle)")
-
-
-def _map_each(flat_u, flat_v, sizes, params, code_size, nonzeros, order):
-    """The MAP structure of every example: ``_map_oracle`` on each row (in the oracle's
-    ``order``), as the kernel calls it. Returns the ``(batch, code_size)`` codes."""
+@nb.njit(cache=True, nogil=True)
+def _map_each(oracle, flat_u, flat_v, sizes, params, code_size, nonzeros, order):
+    """The MAP structure of every example: the oracle at address ``oracle`` on each row (in
+    its ``order``), as the kernel calls it. Returns the ``(batch, code_size)`` codes."""
+    map_oracle = oracle_at(oracle)
     batch = flat_u.shape[0]
     codes = np.empty((batch, code_size), np.int64)
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     for b in range(batch):
         scores = flat_u[b][order] if order.shape[0] > 0 else flat_u[b].copy()  # the oracle's scratch
-        _map_oracle(scores, flat_v[b], sizes[b], params, m_indices, m_values, n_indices, n_values, codes[b])
+        map_oracle(scores, flat_v[b], sizes[b], params, m_indices, m_values, n_indices, n_values, codes[b])
     return codes
 
 
-def _code_parts(code, params, m_indices, m_values, n_indices, n_values):
-    """Stands for a structure's ``parts`` in :func:`_indicators_each`; :func:`_bind` binds it."""
-    raise NotImplementedError("bound by _bind(_indicators_each, parts, '_code_parts')")
-
-
-def _indicators_each(codes, params, nonzeros, order, du, dv):
+@nb.njit(cache=True, nogil=True)
+def _indicators_each(parts, codes, params, nonzeros, order, du, dv):
     """Dense ``(batch, du)`` and ``(batch, dv)`` indicator vectors of ``(batch, code_size)``
-    codes, from ``_code_parts`` (unary indices mapped back from the oracle's ``order``)."""
+    codes, from the ``parts`` function at address ``parts`` (unary indices mapped back from
+    the oracle's ``order``)."""
+    code_parts = parts_at(parts)
     batch = codes.shape[0]
     m, n = np.zeros((batch, du)), np.zeros((batch, dv))
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     for b in range(batch):
-        count_u, count_v = _code_parts(codes[b], params, m_indices, m_values, n_indices, n_values)
+        count_u, count_v = code_parts(codes[b], params, m_indices, m_values, n_indices, n_values)
         for j in range(count_u):
             index = order[m_indices[j]] if order.shape[0] > 0 else m_indices[j]
             if index < 0 or index >= du:
@@ -802,42 +813,16 @@ def indicators_compiled(
     batch = codes.shape[0]
     flat_codes = np.ascontiguousarray(codes, dtype=np.int64).reshape(batch, math.prod(codes.shape[1:]))
     du, dv = math.prod(u_shape), math.prod(v_shape)
-    m, n = _bind(_indicators_each, compiled.parts, "_code_parts")(
-        flat_codes, compiled.params, compiled.nonzero_bounds, compiled.kernel_order, du, dv
+    m, n = _indicators_each(
+        address(compiled.parts, PARTS),
+        flat_codes,
+        compiled.params,
+        compiled.nonzero_bounds,
+        compiled.kernel_order,
+        du,
+        dv,
     )
     return m.reshape((batch,) + tuple(u_shape)), n.reshape((batch,) + tuple(v_shape))
-
-
-@functools.cache
-def _bind(function, oracle, name="_map_oracle"):
-    """``function`` (:func:`_solve_one` or :func:`_map_each`) compiled with ``oracle`` as
-    its MAP oracle (or :func:`_indicators_each` with ``oracle`` a ``parts`` function as the
-    global ``name``), cached on disk.
-
-    Numba cannot cache a function that takes another one as an argument, so each
-    oracle gets its own copy, in which the global ``_map_oracle`` is ``oracle``: a
-    module-level ``@numba.njit(cache=True)`` oracle then makes the copy cacheable,
-    and a process compiles it once per machine (seconds to tens of seconds) and loads
-    it afterwards (a fraction of a second). The copy's name carries the oracle's
-    module, name and a hash of its module's source, so that an edited oracle gets a
-    new copy. Other oracles (closures, functions defined inside functions: one name
-    for many functions) still work, compiled in every process.
-    """
-    py_oracle = oracle.py_func
-    try:
-        source = inspect.getsource(inspect.getmodule(py_oracle)).encode()
-    except (OSError, TypeError):
-        source = py_oracle.__code__.co_code
-    tag = f"{py_oracle.__module__}.{py_oracle.__qualname__}.{hashlib.sha256(source).hexdigest()[:12]}"
-    bound = types.FunctionType(function.__code__, {**function.__globals__, name: oracle}, function.__name__)
-    bound.__qualname__ = f"{function.__name__}[{re.sub(r'[^A-Za-z0-9_.]', '_', tag)}]"
-    cacheable = py_oracle.__closure__ is None and "<locals>" not in py_oracle.__qualname__
-    return nb.njit(cache=cacheable, nogil=True)(bound)
-
-
-def kernel(oracle):
-    """:func:`_solve_one` compiled for ``oracle`` (see :func:`_bind`)."""
-    return _bind(_solve_one, oracle)
 
 
 def _sizes(lengths, batch: int) -> np.ndarray:
@@ -861,10 +846,13 @@ def map_compiled(compiled: CompiledOracle, eta_u: np.ndarray, eta_v: np.ndarray,
         ``(batch, *code_shape)`` int64 codes.
     """
     batch = eta_u.shape[0]
-    # Sizes, not -1: a batch may be empty.
-    flat_u = np.ascontiguousarray(eta_u, dtype=np.float64).reshape(batch, math.prod(eta_u.shape[1:]))
-    flat_v = np.ascontiguousarray(eta_v, dtype=np.float64).reshape(batch, math.prod(eta_v.shape[1:]))
-    codes = _bind(_map_each, compiled.function)(
+    # Sizes, not -1: a batch may be empty. The oracle's signature: C-contiguous, writable rows.
+    flat_u, flat_v = (
+        np.require(eta, np.float64, ("C", "W")).reshape(batch, math.prod(eta.shape[1:]))
+        for eta in (eta_u, eta_v)
+    )
+    codes = _map_each(
+        address(compiled.function, ORACLE),
         flat_u,
         flat_v,
         _sizes(lengths, batch),
@@ -887,16 +875,15 @@ def solve_compiled(
     ``status`` (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
     batch = flat_u.shape[0]
-    sizes = _sizes(lengths, batch)
-    solve_one, params, code_size = (
-        kernel(compiled.function),
-        compiled.params,
-        math.prod(compiled.code_shape),
-    )
+    # The oracle's signature: C-contiguous and writable rows.
+    flat_u, flat_v = (np.require(flat, np.float64, ("C", "W")) for flat in (flat_u, flat_v))
+    sizes, params, code_size = _sizes(lengths, batch), compiled.params, math.prod(compiled.code_shape)
     nonzeros, order = compiled.nonzero_bounds, compiled.kernel_order
+    oracle = address(compiled.function, ORACLE)
 
     def solve_example(b):
-        result = solve_one(
+        result = _solve_one(
+            oracle,
             flat_u[b],
             flat_v[b],
             sizes[b],
@@ -914,8 +901,8 @@ def solve_compiled(
         )
 
     results, first = [None] * batch, 0
-    if batch and not solve_one.signatures:  # this process's first call compiles or loads it
-        _log_first_call(solve_one, compiled.function)
+    if batch and not _solve_one.signatures:  # this process's first call compiles or loads it
+        announce_compilation(_solve_one, "the SparseMAP solver")
         results[0], first = solve_example(0), 1
     if batch - first < 2 * _THREADS:
         return results[:first] + [solve_example(b) for b in range(first, batch)]
@@ -932,24 +919,6 @@ def solve_compiled(
     for helper in helpers:
         helper.result()
     return results
-
-
-def _log_first_call(solve_one, oracle) -> None:
-    """Say through ``logging`` that the kernel for ``oracle`` is compiled (tens of seconds,
-    once per machine) or loaded from numba's disk cache (about a second)."""
-    try:  # numba keeps the index of its disk cache here (not a public API)
-        cached = os.path.exists(solve_one._cache._cache_file._index_path)
-    except AttributeError:
-        cached = False
-    name = f"{oracle.py_func.__module__}.{oracle.py_func.__qualname__}"
-    if cached:
-        _LOGGER.debug("Loading the SparseMAP kernel for %s from numba's disk cache.", name)
-    else:
-        _LOGGER.info(
-            "Compiling the SparseMAP kernel for %s: 10-60 s, once per machine (numba caches it on "
-            "disk; keras_structured.engine.warmup() pays it up front).",
-            name,
-        )
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import functools
 import numba
 import numpy as np
 
-from keras_structured.engine.arborescence import max_arborescence, max_arborescence_by_dependent
+from keras_structured.engine.arborescence import max_arborescence_by_dependent
 from keras_structured.engine.compiled_active_set import CompiledOracle
 from keras_structured.engine.eisner import max_projective_tree
 from keras_structured.engine.forbidden import finite_mass, replace_forbidden
@@ -15,30 +15,31 @@ from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_tree(scores, words, single_root, projective, heads, by_dependent):
-    """Heads of the best tree; ``by_dependent``: non-projective scores laid out
-    ``[dependent, head]`` and searched in place (projective ones are ``[head, dependent]``)."""
-    heads[:] = -1
-    if projective:
-        max_projective_tree(scores, words, single_root, heads)
-    elif by_dependent:
-        max_arborescence_by_dependent(scores, words, single_root, heads)
-    else:
-        max_arborescence(scores, words, single_root, heads)
+def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """:class:`CompiledOracle` function: the best non-projective tree of one example's flat
+    scores, read by dependent (see :func:`_by_dependent`) and searched in place.
+
+    ``params`` is ``(n + 1, single_root, projective)``; ``length[0] < 0`` means all words.
+    """
+    size, words = _tree_sizes(params, length, code)
+    max_arborescence_by_dependent(scores_u.reshape((size, size)), words, params[1] == 1, code)
+    return _tree_parts(code, params, m_indices, m_values, n_indices, n_values)
 
 
 @numba.njit(cache=True, nogil=True)
-def _tree_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
-    """:class:`CompiledOracle` function: the best tree of one example's flat scores.
-
-    ``params`` is ``(n + 1, single_root, projective)``; ``length[0] < 0`` means all words.
-    Non-projective trees read their scores by dependent (see :func:`_by_dependent`)
-    and search in them in place; projective ones read them ``[head, dependent]``.
-    """
-    size, projective = params[0], params[2] == 1
-    words = size - 1 if length[0] < 0 else length[0]
-    _best_tree(scores_u.reshape((size, size)), words, params[1] == 1, projective, code, not projective)
+def _projective_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_indices, n_values, code):
+    """:func:`_tree_oracle` for projective trees (Eisner's algorithm), scores ``[head, dependent]``.
+    A function of its own: only structures that ask for projective trees compile it."""
+    size, words = _tree_sizes(params, length, code)
+    max_projective_tree(scores_u.reshape((size, size)), words, params[1] == 1, code)
     return _tree_parts(code, params, m_indices, m_values, n_indices, n_values)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tree_sizes(params, length, code):
+    """``(n + 1, words)`` of one example; clears its heads ``code``."""
+    code[:] = -1
+    return params[0], params[0] - 1 if length[0] < 0 else length[0]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -52,7 +53,7 @@ def _tree_parts(code, params, m_indices, m_values, n_indices, n_values):
             m_indices[count] = code[d] * size + d if projective else d * size + code[d]
             m_values[count] = 1.0
             count += 1
-    return count, 0
+    return count, np.int64(0)
 
 
 @functools.cache  # every batched map and indicators call asks for it
@@ -185,7 +186,7 @@ class DependencyTreeStructure(Structure):
         params = np.array([u_shape[0], self.single_root, self.projective], dtype=np.int64)
         order = None if self.projective else _by_dependent(u_shape[0])
         return CompiledOracle(
-            _tree_oracle,
+            _projective_oracle if self.projective else _tree_oracle,
             params,
             (u_shape[0],),
             max(u_shape[0] - 1, 0),

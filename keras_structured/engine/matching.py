@@ -20,9 +20,11 @@ def _max_assignment(scores):
     owner, way = np.zeros(cols + 1, np.int64), np.zeros(cols + 1, np.int64)
     for i in range(1, rows + 1):
         owner[0], j0 = i, 0
-        slack, used = np.full(cols + 1, np.inf), np.zeros(cols + 1, np.bool_)
+        # np.empty and int64 flags: array constructors the solver compiles anyway
+        slack, used = np.empty(cols + 1), np.zeros(cols + 1, np.int64)
+        slack[:] = np.inf
         while True:
-            used[j0] = True
+            used[j0] = 1
             i0, delta, j1 = owner[j0], np.inf, 0
             for j in range(1, cols + 1):
                 if not used[j]:
@@ -44,7 +46,8 @@ def _max_assignment(scores):
             j1 = way[j0]
             owner[j0] = owner[j1]
             j0 = j1
-    assignment = np.full(rows, -1, np.int64)
+    assignment = np.empty(rows, np.int64)
+    assignment[:] = -1
     for j in range(1, cols + 1):
         if owner[j] > 0:
             assignment[owner[j] - 1] = j - 1
@@ -60,7 +63,7 @@ def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_
     used_cols = cols if length[0] < 0 else length[1]
     code[:] = -1
     if used_rows == 0 or used_cols == 0:
-        return 0, 0
+        return np.int64(0), np.int64(0)
     scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols] - threshold
     if partial:
         scores = np.maximum(scores, 0.0)
@@ -84,7 +87,7 @@ def _matching_parts(code, params, m_indices, m_values, n_indices, n_values):
         if code[i] >= 0:
             m_indices[count], m_values[count] = i * cols + code[i], 1.0
             count += 1
-    return count, 0
+    return count, np.int64(0)
 
 
 class MatchingStructure(Structure):

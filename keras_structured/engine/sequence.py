@@ -39,7 +39,7 @@ def _viterbi_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_i
     size = n if length[0] < 0 else length[0]
     code[:] = -1
     if size == 0:
-        return 0, 0
+        return np.int64(0), np.int64(0)
     delta = scores_u[:num_labels].copy()
     backpointers = np.zeros((size, num_labels), np.int64)
     for i in range(1, size):

@@ -20,7 +20,7 @@ def _argmax_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_in
 def _vertex_parts(code, params, m_indices, m_values, n_indices, n_values):
     """The one part of vertex ``code[0]`` (see :class:`CompiledOracle`)."""
     m_indices[0], m_values[0] = code[0], 1.0
-    return 1, 0
+    return np.int64(1), np.int64(0)
 
 
 class SimplexStructure(Structure):
