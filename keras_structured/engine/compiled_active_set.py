@@ -63,6 +63,12 @@ _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 # structure before tol; stopped by max_iter within tol but before exact termination.
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 _THREADS = min(8, os.cpu_count() or 1)
+# The rows of the kernel's scratch matrix ``work`` (each of size k + 1, one role each):
+# the border [1; M_I m] of a candidate structure, w = K^{-1} border, the solution
+# (tau, y_hat) = K^{-1} [1; theta] kept up to date with K^{-1}, products M_I x, the
+# column and pivot row of a downdate, a KKT residual and its correction K^{-1} residual.
+_BORDER, _W, _SOLUTION, _PRODUCTS, _COLUMN, _PIVOT_ROW, _RESIDUAL, _DELTA = range(8)
+_WORK_ROWS = 8
 
 
 # What the kernel returns for one example: the fields of ExampleSolution (support.py),
@@ -250,9 +256,8 @@ def _hull_distance(Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, w, 
     of ``w = K^{-1} [1; M_I m]``. The normal equations lose a small distance to rounding
     (their error grows with the condition number of ``K``, 1e12 on some trees of 50
     words), while the residual's error is second order in that of ``c``. ``dense`` (size
-    of the unary part, zero) is scratch and is zero again on return; ``work[2]`` and
-    ``work[3]`` are scratch."""
-    residual, delta = work[2], work[3]
+    of the unary part, zero) is scratch and is zero again on return."""
+    residual, delta = work[_RESIDUAL], work[_DELTA]
     for step in range(REFINEMENTS + 1):
         # dense = m - M_I^T c
         for j in range(count_u):
@@ -329,9 +334,9 @@ def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
 @nb.njit(cache=True, nogil=True)
 def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
     """Remove active structure ``i`` (downdating ``K^{-1}`` in one pass that also closes
-    the gap left by its row and column, and the solution ``work[4]`` with it); returns
+    the gap left by its row and column, and the solution row of ``work`` with it); returns
     the new size."""
-    column, pivot_row, solution = work[2], work[3], work[4]
+    column, pivot_row, solution = work[_COLUMN], work[_PIVOT_ROW], work[_SOLUTION]
     j = i + 1
     pivot = kinv[j, j]
     freed = slots[i]
@@ -368,10 +373,10 @@ def _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, i, scratch, work):
 @nb.njit(cache=True, nogil=True)
 def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, schur, score, scratch, work):
     """Add structure ``m`` of score ``theta_s = score`` at row ``slots[k]``, whose sparse
-    parts the caller stores, given ``work[0] = [1; M_I m]`` and its :func:`_schur`
-    complement ``schur`` (:func:`_hull_distance` near the hull; with ``work[1] = w``); affinely
+    parts the caller stores, given its border row ``[1; M_I m]`` and its :func:`_schur`
+    complement ``schur`` (:func:`_hull_distance` near the hull; with the row ``w``); affinely
     dependent active structures are pivoted out."""
-    border, w, column, solution = work[0], work[1], work[2], work[4]  # column: scaled w at the end
+    border, w, column, solution = work[_BORDER], work[_W], work[_COLUMN], work[_SOLUTION]
     weight, m_squared = 0.0, _dot(m_values[:count_u], m_values[:count_u])
     while schur <= _AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = np.int64(-1), np.inf
@@ -423,12 +428,13 @@ def _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, products):
 
 @nb.njit(cache=True, nogil=True)
 def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
-    """One step of iterative refinement of ``work[4] = (tau, y_hat) = K^{-1} [1; theta]``:
+    """One step of iterative refinement of the solution ``(tau, y_hat) = K^{-1} [1; theta]``:
     add ``K^{-1}`` times the KKT residual, computed from the sparse rows. A few steps
     bring the residual down to rounding error even after the incremental inverse drifted,
     so that the gaps computed next are exact to rounding. ``u`` is scratch. Returns the
     largest residual before the step, relative to the scores."""
-    products, residual, delta, solution = work[0], work[2], work[3], work[4]
+    products, residual, delta = work[_PRODUCTS], work[_RESIDUAL], work[_DELTA]
+    solution = work[_SOLUTION]
     _combine(Mi, Mv, Mw, slots, solution[1:], k, u)
     _row_dots(Mi, Mv, Mw, slots, k, u, products)
     residual[0] = 1.0 - np.sum(solution[1 : k + 1])
@@ -448,8 +454,8 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
     """Solve the KKT system on the active set, dropping structures until feasible, and
     write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
-    Returns the new size (``tau`` stays in ``work[4][0]``)."""
-    products, solution = work[0], work[4]  # solution = (tau, y_hat) = K^{-1} [1; theta]
+    Returns the new size (``tau`` stays in the solution row of ``work``)."""
+    products, solution = work[_PRODUCTS], work[_SOLUTION]
     y_hat = solution[1:]
     refactored = False
     while True:
@@ -590,9 +596,7 @@ def _solve_one(
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Cb, Ch, slots = np.zeros((cap, code_size), np.int64), np.zeros(cap, np.int64), np.arange(cap)
     y, theta, kinv = np.zeros(cap), np.zeros(cap), np.zeros((cap + 1, cap + 1))
-    # Vectors of size k + 1 for _enter, _drop and _solve_relaxed; the last one keeps the
-    # solution (tau, y_hat) = K^{-1} [1; theta], updated with K^{-1}.
-    work = np.zeros((5, cap + 1))
+    work = np.zeros((_WORK_ROWS, cap + 1))  # named rows: _BORDER, _W, _SOLUTION, ...
     m_indices, m_values = np.zeros(nonzeros[0], np.int64), np.zeros(nonzeros[0])
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
@@ -610,7 +614,7 @@ def _solve_one(
         n_indices, n_values, count_v, eta_v
     )
     kinv[0, 0], kinv[0, 1], kinv[1, 0] = -_dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
-    _solution(kinv, k, theta, work[4])
+    _solution(kinv, k, theta, work[_SOLUTION])
     _combine(Mi, Mv, Mw, slots, y, k, u)
     calls, gap, status, stalls = 1, np.inf, RUNNING, 0
     finish_tol = min(tol, ROUNDING_GAP) if exact else tol
@@ -646,10 +650,10 @@ def _solve_one(
                 slots = np.concatenate((slots, np.arange(slots.shape[0], cap)))
                 grown = np.zeros((cap + 1, cap + 1))
                 _copy_into(kinv, grown)
-                kinv, solution, work = grown, work[4], np.zeros((5, cap + 1))
+                kinv, solution, work = grown, work[_SOLUTION], np.zeros((_WORK_ROWS, cap + 1))
                 for a in range(solution.shape[0]):
-                    work[4, a] = solution[a]
-            m_squared, border = _dot(m_values[:count_u], m_values[:count_u]), work[0]
+                    work[_SOLUTION, a] = solution[a]
+            m_squared, border = _dot(m_values[:count_u], m_values[:count_u]), work[_BORDER]
             border[0] = 1.0
             if one_hot_codes:
                 _shared_parts(Cb, slots, k, code, border[1:])
@@ -659,10 +663,10 @@ def _solve_one(
                 _row_dots(Mi, Mv, Mw, slots, k, m, border[1:])
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
-            schur = _schur(kinv, k, m_squared, border, work[1])
+            schur = _schur(kinv, k, m_squared, border, work[_W])
             if schur <= _AFFINE_TOL * max(1.0, m_squared):
                 schur = _hull_distance(
-                    Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, work[1], m, work
+                    Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, work[_W], m, work
                 )
             # In the active set's affine hull: it adds nothing to the Jacobian.
             tied = exact and status == TOL_REACHED and schur <= _AFFINE_TOL * max(1.0, m_squared)
@@ -682,11 +686,14 @@ def _solve_one(
                     status = CONVERGED
                     break
                 continue
-            if checked or _kkt_residual(Mi, Mv, Mw, slots, u, work[4][0], theta, k, work[0]) == 0.0:
+            if (
+                checked
+                or _kkt_residual(Mi, Mv, Mw, slots, u, work[_SOLUTION, 0], theta, k, work[_PRODUCTS]) == 0.0
+            ):
                 status = CONVERGED
                 break
             # The unchecked point is off: rebuild the inverse and solve again.
-            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
             k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(True))
             checked = True
             continue
@@ -695,7 +702,7 @@ def _solve_one(
             if stalls > 1:
                 status = STALLED
                 break
-            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[4])
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
         else:
             k = _enter(
                 Mi,
