@@ -218,21 +218,10 @@ def _search(weight, n, single_root, heads):
             best = _best_ranked(target, weight, rank, live, live_count)
             in_rank[current] = rank[target, best]
         else:  # column x holds arcs out of original node x (-inf within the node itself)
-            # The maximum by four independent chains (shorter latency), then its first column.
-            top0 = top1 = top2 = top3 = weight[target, 0]
-            x = 1
-            while x + 4 <= size:
-                top0 = max(top0, weight[target, x])
-                top1 = max(top1, weight[target, x + 1])
-                top2 = max(top2, weight[target, x + 2])
-                top3 = max(top3, weight[target, x + 3])
-                x += 4
-            for rest in range(x, size):
-                top0 = max(top0, weight[target, rest])
-            top0 = max(max(top0, top1), max(top2, top3))
-            best = 0
-            while best < size - 1 and weight[target, best] != top0:
-                best += 1
+            best = 0  # the first column of the maximum
+            for x in range(1, size):
+                if weight[target, x] > weight[target, best]:
+                    best = x
         source = node_at[owner[best]]
         in_weight[current], in_arc[current] = weight[target, best], arc[target, best]
         if state[source] == _DONE:

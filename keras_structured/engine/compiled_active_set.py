@@ -149,24 +149,11 @@ def _dot(a, b):
 @nb.njit(cache=True, nogil=True)
 def _accumulate(kinv, size, first, x, out):
     """``out[:size] += K^{-1}[:size, first:size] @ x[:size - first]``, every entry adding
-    its terms in the order j = first, first + 1, ...
-
-    A pass over ``out`` adds four terms per entry, still in that order (the sums are
-    unchanged): a quarter of the loads and stores of ``out``.
-    """
-    j = first
-    while j + 4 <= size:
-        scale0, scale1, scale2, scale3 = x[j - first], x[j + 1 - first], x[j + 2 - first], x[j + 3 - first]
+    its terms in the order j = first, first + 1, ..."""
+    for j in range(first, size):
+        scale = x[j - first]
         for i in range(size):
-            total = out[i] + kinv[j, i] * scale0
-            total = total + kinv[j + 1, i] * scale1
-            total = total + kinv[j + 2, i] * scale2
-            out[i] = total + kinv[j + 3, i] * scale3
-        j += 4
-    for last in range(j, size):
-        scale = x[last - first]
-        for i in range(size):
-            out[i] += kinv[last, i] * scale
+            out[i] += kinv[j, i] * scale
 
 
 # Active structure i lives in buffer row slots[i]; rows slots[k:] are free, so

@@ -1,4 +1,4 @@
-"""Compile (or load from numba's disk cache) the SparseMAP kernels before they are needed."""
+"""Compile (or load from numba's disk cache) the SparseMAP kernel and oracles before they are needed."""
 
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ _SHAPES = {
 def warmup(structures: Iterable[Structure | tuple[Structure, tuple[int, ...]]] | None = None) -> dict:
     """Compile the SparseMAP kernels of ``structures`` now rather than at their first use.
 
-    The first solve of a structure in a process compiles its numba kernel (tens of
-    seconds the first time on a machine) or loads it from numba's disk cache (about
-    a second). Calling this once, for example before ``model.fit``, pays that cost up
-    front: it solves one small problem of each structure and takes its Jacobian
-    product, which compiles the forward and the backward.
+    The first solve of a process compiles the SparseMAP kernel, shared by every
+    structure, and the first solve of each structure its MAP oracle (about 20 s and
+    0.2-5 s the first time on a machine), or loads them from numba's disk cache (a
+    fraction of a second). Calling this once, for example before ``model.fit``, pays
+    that cost up front: it solves one small problem of each structure and takes its
+    Jacobian product, which compiles the forward and the backward.
 
     Args:
         structures: structure instances, or ``(structure, u_shape)`` pairs for
@@ -69,5 +70,5 @@ def warmup(structures: Iterable[Structure | tuple[Structure, tuple[int, ...]]] |
         solution.jacobian_product(np.ones_like(eta_u), np.ones_like(eta_v))
         name = type(structure).__name__
         seconds[name] = time.perf_counter() - start
-        _LOGGER.info("SparseMAP kernel for %s ready in %.1f s.", name, seconds[name])
+        _LOGGER.info("SparseMAP solver for %s ready in %.1f s.", name, seconds[name])
     return seconds
