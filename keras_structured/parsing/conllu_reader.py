@@ -212,10 +212,22 @@ def _check_line(text: str, where: str) -> list[str]:
                 f"Malformed CoNLL-U line at {where}: HEAD must be a non-negative integer. "
                 f"Received: head={columns[_HEAD]!r}"
             )
-    elif not (_RANGE_ID.fullmatch(token_id) or _EMPTY_NODE_ID.fullmatch(token_id)):
+        return columns
+    is_range = _RANGE_ID.fullmatch(token_id) is not None
+    if not (is_range or _EMPTY_NODE_ID.fullmatch(token_id)):
         raise ValueError(
             f"Malformed CoNLL-U line at {where}: ID must be an integer, a range such as '3-4' or an "
             f"empty node such as '8.1'. Received: id={token_id!r}"
+        )
+    if is_range and int(token_id.split("-")[0]) > int(token_id.split("-")[1]):
+        raise ValueError(
+            f"Malformed CoNLL-U line at {where}: a multiword range must not decrease. "
+            f"Received: id={token_id!r}"
+        )
+    if columns[_HEAD] != "_" and not _HEAD_VALUE.fullmatch(columns[_HEAD]):
+        raise ValueError(
+            f"Malformed CoNLL-U line at {where}: HEAD of a multiword token or empty node must be '_' or "
+            f"an integer. Received: head={columns[_HEAD]!r}"
         )
     return columns
 
@@ -224,9 +236,9 @@ def _sentence(tokens: Sequence, block: _Block, path: str) -> Sentence | None:
     """The :class:`Sentence` of one parsed block, checked against its lines; None for comments only."""
     word_lines = [(number, columns) for number, columns in block.lines if _WORD_ID.fullmatch(columns[_ID])]
     if len(tokens) != len(block.lines):
-        raise ValueError(  # would be a bug in the line bookkeeping, not in the file
-            f"{path}:{block.lines[0][0] if block.lines else '?'}: conllu parsed {len(tokens)} tokens "
-            f"from {len(block.lines)} lines."
+        raise ValueError(  # a bug of the line bookkeeping (or of conllu), not of the file
+            f"Internal error reading {path}:{block.lines[0][0] if block.lines else '?'}: conllu parsed "
+            f"{len(tokens)} tokens from {len(block.lines)} token lines."
         )
     if not block.lines:
         return None

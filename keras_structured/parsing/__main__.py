@@ -1,0 +1,137 @@
+"""Command line of the dependency parser: ``python -m keras_structured.parsing {train,evaluate,parse}``.
+
+Examples:
+    python -m keras_structured.parsing train --treebank ../shared/data/ud/vi_vtb-2.0 \\
+        --loss sparsemap --logdir runs/parser/vi-sparsemap
+    python -m keras_structured.parsing train --logdir runs/parser/vi-sparsemap --resume ...
+    python -m keras_structured.parsing evaluate --logdir runs/parser/vi-sparsemap --split test
+    python -m keras_structured.parsing parse --logdir runs/parser/vi-sparsemap --index 3 --png trees.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+# The loss names and defaults, repeated here so that --help answers without TensorFlow.
+_LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_structured.parsing",
+        description="Kiperwasser & Goldberg's BiLSTM dependency parser trained with the SparseMAP, "
+        "margin SparseMAP, tree CRF, structured hinge or perceptron loss (the SparseMAP paper's Table 1).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser(
+        "train",
+        help="train a parser into a logdir (resumable)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    train.add_argument("--treebank", required=True, help="folder with *-ud-{train,dev,test}.conllu files")
+    train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
+    train.add_argument("--loss", default="sparsemap", choices=_LOSSES)
+    train.add_argument("--learning-rate", type=float, default=2e-3, help="Adam's learning rate")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--epochs", type=int, default=30, help="most epochs")
+    train.add_argument(
+        "--patience", type=int, default=5, help="epochs without a better dev UAS before stopping"
+    )
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument(
+        "--max-length", type=int, default=100, help="longer training sentences are left out (and counted)"
+    )
+    train.add_argument(
+        "--max-train-sentences", type=int, default=None, help="use the first N training sentences"
+    )
+    train.add_argument(
+        "--word-dropout", type=float, default=0.25, help="alpha of the frequency-based word dropout"
+    )
+    train.add_argument("--single-root", action="store_true", help="exactly one word attached to the root")
+    train.add_argument("--word-dim", type=int, default=100, help="word embedding size")
+    train.add_argument("--tag-dim", type=int, default=25, help="POS embedding size")
+    train.add_argument("--lstm-units", type=int, default=125, help="units per direction of each BiLSTM layer")
+    train.add_argument("--lstm-layers", type=int, default=2, help="BiLSTM layers")
+    train.add_argument("--mlp-units", type=int, default=100, help="hidden units of the arc perceptron")
+    train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
+    train.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="UAS and SparseMAP sparsity of a run's best model",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    evaluate.add_argument("--logdir", required=True)
+    evaluate.add_argument("--split", default="test", choices=("train", "dev", "test"))
+    evaluate.add_argument("--json", action="store_true", help="print one JSON line")
+
+    parse = commands.add_parser(
+        "parse",
+        help="print (and draw) the trees SparseMAP puts weight on for one sentence",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parse.add_argument("--logdir", required=True)
+    parse.add_argument("--split", default="dev", choices=("train", "dev", "test"))
+    parse.add_argument("--index", type=int, default=0, help="sentence number in the split (from 0)")
+    parse.add_argument("--png", default=None, help="draw the trees into this PNG file")
+    return parser
+
+
+def _train(args) -> None:
+    from keras_structured.parsing.training import ParserConfig, train
+
+    names = {field.name for field in dataclasses.fields(ParserConfig)}
+    config = ParserConfig(**{name: value for name, value in vars(args).items() if name in names})
+    summary = train(config, args.logdir, resume=args.resume, quiet=args.quiet, time_limit=args.time_limit)
+    print(json.dumps(summary))
+
+
+def _evaluate(args) -> None:
+    from keras_structured.parsing.training import evaluate
+
+    result = evaluate(args.logdir, args.split)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{args.split}: UAS {result['uas']:.2f} ({result['uas_no_punct']:.2f} without punctuation) over "
+            f"{result['sentences']} sentences; {result['mean_trees']:.2f} trees per sentence, "
+            f"{100 * result['one_tree_fraction']:.1f}% with one tree; "
+            f"{result['long_sentences']} long sentences (parsed too)"
+        )
+
+
+def _parse(args) -> None:
+    from keras_structured.parsing.training import load_run, parse_sentence
+
+    model, vocabulary, config = load_run(args.logdir)
+    sentence, trees = parse_sentence(model, vocabulary, config, args.split, args.index)
+    print(" ".join(sentence.words))
+    for heads, weight in trees:
+        arcs = " ".join(f"{head}->{word}" for word, head in enumerate(heads[1:].tolist(), start=1))
+        print(f"p={weight:.3f}  {arcs}")
+    if args.png:
+        from keras_structured.parsing.figures import draw_trees
+
+        draw_trees(list(sentence.words), trees, args.png, title=f"{args.split} sentence {args.index}")
+        print(f"wrote {args.png}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    {"train": _train, "evaluate": _evaluate, "parse": _parse}[args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
