@@ -167,7 +167,7 @@ def test_runs_are_never_mixed(tmp_path):
     treebank = _treebank(tmp_path)
     logdir = tmp_path / "run"
     main(_arguments(treebank, logdir, "--time-limit", "0"))
-    with pytest.raises(FileExistsError, match="already holds files"):
+    with pytest.raises(FileExistsError, match="already holds a run"):
         main(_arguments(treebank, logdir))
     with pytest.raises(ValueError, match=r"learning_rate.*Received: logdir="):
         main(_arguments(treebank, logdir, "--resume") + ["--learning-rate", "1e-3"])

@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         "--word-dropout", type=float, default=0.25, help="alpha of the frequency-based word dropout"
     )
     train.add_argument("--single-root", action="store_true", help="exactly one word attached to the root")
+    train.add_argument(
+        "--sparsity-sentences",
+        type=int,
+        default=300,
+        help="per-epoch SparseMAP sparsity on the first N dev sentences (evaluate uses all)",
+    )
     train.add_argument("--word-dim", type=int, default=100, help="word embedding size")
     train.add_argument("--tag-dim", type=int, default=25, help="POS embedding size")
     train.add_argument("--lstm-units", type=int, default=125, help="units per direction of each BiLSTM layer")

@@ -37,6 +37,8 @@ from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import LOSSES, build_parser, make_loss
 from keras_structured.parsing.vocabulary import Vocabulary
 
+# Files that make a directory hold a run (other files, such as a runner's logs, may sit beside them).
+_RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
 PROGRESS_COLUMNS = (
     "epoch",
     "loss",
@@ -67,6 +69,10 @@ class ParserConfig:
         word_dropout: alpha of the word dropout (a word seen c times is replaced by the
             unknown word with probability alpha / (alpha + c)).
         single_root: trees with exactly one word attached to the root.
+        sparsity_sentences: the per-epoch sparsity (trees per sentence) is measured on the
+            first this many dev sentences (all of them: None). An untrained model's scores
+            are nearly uniform, and SparseMAP then needs up to ``max_iter`` MAP calls per
+            sentence; ``evaluate`` always measures the whole split.
         word_dim, tag_dim, lstm_units, lstm_layers, mlp_units: model sizes.
     """
 
@@ -81,6 +87,7 @@ class ParserConfig:
     max_train_sentences: int | None = None
     word_dropout: float = 0.25
     single_root: bool = False
+    sparsity_sentences: int | None = 300
     word_dim: int = 100
     tag_dim: int = 25
     lstm_units: int = 125
@@ -159,11 +166,14 @@ def sparse_trees(scores: Sequence[np.ndarray], single_root: bool = False, chunk:
     return result, np.array(converged, bool)
 
 
-def evaluate_scores(scores, sentences: Sequence[Sentence], single_root: bool = False) -> dict:
-    """UAS of the MAP trees and the SparseMAP sparsity of ``scores`` on ``sentences``."""
+def evaluate_scores(
+    scores, sentences: Sequence[Sentence], single_root: bool = False, sparsity_sentences: int | None = None
+) -> dict:
+    """UAS of the MAP trees and the SparseMAP sparsity of ``scores`` on ``sentences`` (the
+    sparsity on the first ``sparsity_sentences`` of them; None: all)."""
     predicted = decode(scores, single_root)
     result = attachment_scores(predicted, [s.heads for s in sentences], [s.tags for s in sentences])
-    supports, converged = sparse_trees(scores, single_root)
+    supports, converged = sparse_trees(scores[:sparsity_sentences], single_root)
     trees = [len(support) for support in supports]
     result.update(
         sentences=len(sentences),
@@ -217,10 +227,11 @@ def _check_logdir(logdir: pathlib.Path, config: ParserConfig, resume: bool) -> d
                 f"{differences}. Received: logdir={str(logdir)!r}"
             )
         return json.loads(state_path.read_text())
-    if logdir.exists() and any(logdir.iterdir()):
+    held = [name for name in _RUN_FILES if (logdir / name).exists()]
+    if held:
         raise FileExistsError(
-            "The logdir already holds files (a run?): pass --resume to continue a run, or choose "
-            f"another logdir. Received: logdir={str(logdir)!r}"
+            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
+            f"choose another logdir. Received: logdir={str(logdir)!r}"
         )
     return None
 
@@ -313,7 +324,10 @@ def train(
         history = model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks)
         seconds = time.perf_counter() - start
         scores = evaluate_scores(
-            predict_scores(model, vocabulary, dev, config.batch_size), dev, config.single_root
+            predict_scores(model, vocabulary, dev, config.batch_size),
+            dev,
+            config.single_root,
+            config.sparsity_sentences,
         )
         row = {
             "epoch": epoch + 1,

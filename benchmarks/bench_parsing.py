@@ -1,0 +1,1212 @@
+"""Dependency-parsing benchmark: the SparseMAP paper's Table 1 and Figures 3-4, through the parser's CLI.
+
+Five losses (``sparsemap``, ``margin_sparsemap``, ``crf``, ``hinge``, ``perceptron``) train the
+Kiperwasser & Goldberg BiLSTM parser on five UD treebanks (en, vi, ja, zh, ro). The benchmark
+only drives ``python -m keras_structured.parsing`` and reads the files it writes
+(``config.json``, ``progress.csv``, ``sparsity_dev.jsonl``, ``final.json``, ``eval_{split}.json``),
+never its Python internals.
+
+Subcommands:
+
+* ``run``: brings every run of the plan to completion, ``--jobs`` at a time. A run is one
+  ``python -m keras_structured.parsing train ... --quiet`` subprocess with logdir
+  ``{root}/{lang}/{loss}/lr{lr}/seed{S}`` (output in ``bench_train.log`` there): a run with
+  ``final.json`` is finished and skipped, one with a ``checkpoint/`` is resumed with
+  ``--resume``, any other is started afresh. Finished runs are evaluated with
+  ``evaluate --split dev --json`` and ``--split test --json`` (skipped when
+  ``eval_{split}.json`` exists). Wall times accumulate in ``bench_state.json`` over sessions.
+  Ends with ``report``.
+* ``report``: writes ``{root}/results.md`` and ``{root}/figures/*.png`` from the finished runs.
+
+The plan (:func:`plan_suite`, a pure function of the options and of what the logdirs hold).
+The paper tunes the Adam learning rate per language on ``{0.5, 1, 2, 4, 8} x 1e-3``. By
+default this benchmark makes the reduction the issue allows: every loss is tuned on en and
+vi only (seed 0); the learning rate with the best mean dev UAS over en and vi is chosen per
+loss and used for the other languages, and the extra seeds run only at that learning rate,
+on en and vi. A loss's other-language runs therefore start once its ten tuning runs have
+finished (``run`` proceeds in rounds). ``--per-language-tuning`` tunes every language on
+itself instead. ``--quick`` is a smoke test of minutes: vi only, 200 training sentences,
+3 epochs, the five losses at learning rate 2e-3, one seed.
+
+This script imports its sibling ``bench_rl.py`` (JSON, logging and CSV helpers): run it as
+``python benchmarks/bench_parsing.py``.
+
+Example:
+    python benchmarks/bench_parsing.py run --quick
+    python benchmarks/bench_parsing.py run --jobs 2 --dry-run
+    python benchmarks/bench_parsing.py run --languages en vi --losses sparsemap crf --jobs 2
+    python benchmarks/bench_parsing.py report --root runs/bench_parsing
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_rl import _fmt, _log, _read_json, _write_json, read_progress, subprocess_env
+
+#: Language code -> treebank folder under the data directory.
+LANGUAGES = {
+    "en": "en_ewt-2.0",
+    "vi": "vi_vtb-2.0",
+    "ja": "ja_gsd-2.9",
+    "zh": "zh_gsd-1.4",
+    "ro": "ro_rrt-1.2",
+}
+LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
+SPARSEMAP_LOSSES = ("sparsemap", "margin_sparsemap")
+#: The losses the SparseMAP ones are judged against (the paper's CRF and structured SVM).
+BASELINES = ("crf", "hinge")
+LEARNING_RATES = (0.5e-3, 1e-3, 2e-3, 4e-3, 8e-3)
+TUNE_LANGUAGES = ("en", "vi")
+SEEDS = (0, 1)
+SPLITS = ("dev", "test")
+QUICK_TRAIN_ARGS = ("--max-train-sentences", "200", "--epochs", "3")
+QUICK_LEARNING_RATE = 2e-3
+#: Target of the throughput check: SparseMAP training at most this many times slower than CRF per sentence.
+THROUGHPUT_TARGET = 1.5
+DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ud").resolve()
+DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_parsing"), Path("runs/bench_parsing_quick")
+FINAL_FILE = "final.json"
+STATE_FILE = "bench_state.json"
+TRAIN_LOG = "bench_train.log"
+PLAN_FILE = "bench_plan.json"
+# Minutes after which a training process starts no new epoch (see execute).
+TIME_LIMIT_MINUTES = 40
+CHECKPOINT_DIR = "checkpoint"
+CLI = ("-m", "keras_structured.parsing")
+TREEBANK_NOTES = {
+    "en": "UD 2.0 (CoNLL 2017), as in the paper.",
+    "vi": "UD 2.0 (CoNLL 2017), as in the paper.",
+    "ja": "UD 2.9, not the paper's 2.0 (no UD 2.0 training file could be obtained); the training "
+    "file is decoded from spaCy's binary copy (its original sentence ids and MISC fields other than "
+    "SpaceAfter are lost).",
+    "zh": "UD 1.4 (then called UD_Chinese), not the paper's 2.0; UD v1 labels.",
+    "ro": "UD 1.2, UD v1 labels, and much smaller than the treebank the paper used: 481 training, "
+    "76 dev and 76 test sentences (UD 2.x has 752 dev and 729 test sentences); its scores are noisy.",
+}
+
+
+def _lr(value: float) -> float:
+    """A learning rate as it reads back from its logdir name (``lr{value:g}``)."""
+    return float(f"{float(value):g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run: a treebank, a loss, a learning rate and a seed."""
+
+    language: str
+    loss: str
+    learning_rate: float
+    seed: int
+
+    def logdir(self, root: Path) -> Path:
+        """``{root}/{language}/{loss}/lr{learning_rate:g}/seed{seed}``."""
+        return root / self.language / self.loss / f"lr{self.learning_rate:g}" / f"seed{self.seed}"
+
+    @property
+    def name(self) -> str:
+        """``language/loss/lr.../seedS``, for messages."""
+        return f"{self.language}/{self.loss}/lr{self.learning_rate:g}/seed{self.seed}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    """What a logdir holds: ``final.json`` (finished, with its best dev UAS), a checkpoint, evaluations."""
+
+    finished: bool = False
+    resumable: bool = False
+    evaluated: frozenset[str] = frozenset()
+    dev_uas: float = math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteConfig:
+    """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
+
+    ``tune_languages`` are the languages the learning rate is tuned on (every loss, every
+    learning rate, the first seed) and the only ones that get every seed; the others get the
+    first seed at the chosen learning rate. With ``per_language`` every language is tuned on
+    itself and gets every seed. With one learning rate nothing is tuned.
+    """
+
+    languages: tuple[str, ...] = tuple(LANGUAGES)
+    losses: tuple[str, ...] = LOSSES
+    learning_rates: tuple[float, ...] = LEARNING_RATES
+    seeds: tuple[int, ...] = SEEDS
+    tune_languages: tuple[str, ...] = TUNE_LANGUAGES
+    per_language: bool = False
+    train_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("languages", "losses", "learning_rates", "seeds", "tune_languages"):
+            if not getattr(self, name) and not (name == "tune_languages" and self.per_language):
+                raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
+        object.__setattr__(
+            self, "learning_rates", tuple(dict.fromkeys(_lr(lr) for lr in self.learning_rates))
+        )
+
+    @property
+    def tuning(self) -> bool:
+        """Whether there is a learning rate to choose (more than one on the grid)."""
+        return len(self.learning_rates) > 1
+
+    def tuned_on(self, language: str) -> tuple[str, ...]:
+        """The languages whose dev UAS picks ``language``'s learning rates."""
+        return (language,) if self.per_language or not self.tuning else self.tune_languages
+
+    @property
+    def all_languages(self) -> tuple[str, ...]:
+        """``languages`` plus the tuning languages (they are trained anyway), in ``LANGUAGES`` order."""
+        extra = self.tune_languages if self.tuning and not self.per_language else ()
+        wanted = set(self.languages) | set(extra)
+        order = {code: i for i, code in enumerate(LANGUAGES)}
+        return tuple(sorted(wanted, key=lambda code: (order.get(code, len(order)), code)))
+
+    def seeds_for(self, language: str) -> tuple[int, ...]:
+        """Every seed for a tuning language (or every language without the reduction), else the first."""
+        every = self.per_language or language in self.tune_languages or not self.tuning
+        return self.seeds if every else self.seeds[:1]
+
+    @property
+    def reduced(self) -> bool:
+        """Whether the learning-rate reduction (tuning on ``tune_languages`` only) is made."""
+        return self.tuning and not self.per_language
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able form."""
+        return {
+            field.name: list(value) if isinstance(value := getattr(self, field.name), tuple) else value
+            for field in dataclasses.fields(self)
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SuiteConfig:
+        """Inverse of :meth:`to_json`; unknown keys are ignored."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class LearningRateChoice:
+    """The learning rate of one loss, chosen on the dev UAS of ``tuned_on`` at the first seed.
+
+    ``scores`` maps each learning rate whose tuning runs have all finished to their mean
+    best dev UAS; ``learning_rate`` is None while ``missing`` (unfinished tuning runs) is not
+    empty. Ties go to the smaller learning rate, NaN scores rank last.
+    """
+
+    loss: str
+    tuned_on: tuple[str, ...]
+    scores: dict[float, float]
+    learning_rate: float | None
+    missing: tuple[RunSpec, ...] = ()
+
+    def at_edge(self, grid: Sequence[float]) -> bool:
+        """Whether the choice is an end of a grid of several rates (the paper would widen the grid)."""
+        return len(grid) > 1 and self.learning_rate in (min(grid), max(grid))
+
+
+def choose_learning_rate(
+    loss: str,
+    tuned_on: Sequence[str],
+    learning_rates: Sequence[float],
+    seed: int,
+    statuses: Mapping[RunSpec, RunStatus],
+) -> LearningRateChoice:
+    """Pick ``loss``'s learning rate: the best mean dev UAS over ``tuned_on`` at ``seed``.
+
+    Args:
+        loss: the loss.
+        tuned_on: the tuning languages.
+        learning_rates: the grid; with a single rate it is chosen without any run.
+        seed: the seed of the tuning runs.
+        statuses: what each logdir holds (a run absent from it is not started).
+
+    Returns:
+        A :class:`LearningRateChoice`; its ``learning_rate`` is None until every tuning run
+        has finished.
+
+    Example:
+        >>> done = lambda uas: RunStatus(finished=True, dev_uas=uas)
+        >>> statuses = {RunSpec("en", "crf", 0.001, 0): done(80.0)}
+        >>> statuses[RunSpec("en", "crf", 0.002, 0)] = done(82.0)
+        >>> choose_learning_rate("crf", ["en"], [0.001, 0.002], 0, statuses).learning_rate
+        0.002
+    """
+    grid = [_lr(lr) for lr in learning_rates]
+    if len(grid) == 1:
+        return LearningRateChoice(loss, tuple(tuned_on), {}, grid[0])
+    scores, missing = {}, []
+    for lr in grid:
+        specs = [RunSpec(language, loss, lr, seed) for language in tuned_on]
+        absent = [spec for spec in specs if not statuses.get(spec, RunStatus()).finished]
+        missing += absent
+        if not absent:
+            scores[lr] = float(np.mean([statuses[spec].dev_uas for spec in specs]))
+    if missing:
+        return LearningRateChoice(loss, tuple(tuned_on), scores, None, tuple(missing))
+    best = max(grid, key=lambda lr: (-math.inf if math.isnan(scores[lr]) else scores[lr], -lr))
+    return LearningRateChoice(loss, tuple(tuned_on), scores, best)
+
+
+@dataclasses.dataclass
+class Plan:
+    """The runs a suite needs as far as they are decided, split by what is left to do.
+
+    ``runs`` holds the tuning runs and, for every (language, loss) whose learning rate is
+    chosen, its runs at that rate; ``waiting`` the (language, loss) pairs still waiting for
+    their tuning runs. ``done`` runs are finished and evaluated on dev and test,
+    ``evaluate`` ones finished but not evaluated, ``resume`` ones have a checkpoint, ``start``
+    ones nothing.
+    """
+
+    config: SuiteConfig
+    runs: list[RunSpec]
+    choices: dict[tuple[tuple[str, ...], str], LearningRateChoice]
+    chosen: dict[tuple[str, str], float]
+    waiting: list[tuple[str, str]]
+    done: list[RunSpec]
+    evaluate: list[RunSpec]
+    resume: list[RunSpec]
+    start: list[RunSpec]
+
+    @property
+    def pending(self) -> list[RunSpec]:
+        """Runs with something left to do, in plan order."""
+        todo = {*self.evaluate, *self.resume, *self.start}
+        return [spec for spec in self.runs if spec in todo]
+
+    def choice(self, language: str, loss: str) -> LearningRateChoice:
+        """The learning-rate choice that applies to ``language`` and ``loss``."""
+        return self.choices[self.config.tuned_on(language), loss]
+
+
+def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Plan:
+    """The runs of ``config`` given what the logdirs hold: pure, so that it can be tested and re-planned.
+
+    Tuning runs come first (every tuning language, loss and learning rate at the first
+    seed), then for each language and loss whose learning rate is chosen, its seeds
+    (:meth:`SuiteConfig.seeds_for`) at that rate; a tuning run at the chosen rate is not
+    repeated.
+
+    Args:
+        config: the suite's options.
+        statuses: what each logdir holds (:func:`scan_statuses`); absent runs are not started.
+
+    Returns:
+        A :class:`Plan`.
+
+    Example:
+        >>> config = SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(2e-3,), seeds=(0,))
+        >>> [spec.name for spec in plan_suite(config, {}).start]
+        ['vi/crf/lr0.002/seed0']
+    """
+    runs: dict[RunSpec, None] = {}  # an ordered set
+    choices: dict[tuple[tuple[str, ...], str], LearningRateChoice] = {}
+    seed = config.seeds[0]
+    for loss in config.losses:
+        for language in config.all_languages:
+            group = config.tuned_on(language)
+            if (group, loss) in choices:
+                continue
+            choices[group, loss] = choose_learning_rate(loss, group, config.learning_rates, seed, statuses)
+            if config.tuning:
+                runs.update((RunSpec(t, loss, lr, seed), None) for t in group for lr in config.learning_rates)
+    chosen, waiting = {}, []
+    for language in config.all_languages:
+        for loss in config.losses:
+            lr = choices[config.tuned_on(language), loss].learning_rate
+            if lr is None:
+                waiting.append((language, loss))
+                continue
+            chosen[language, loss] = lr
+            runs.update((RunSpec(language, loss, lr, s), None) for s in config.seeds_for(language))
+    plan = Plan(config, list(runs), choices, chosen, waiting, [], [], [], [])
+    for spec in plan.runs:
+        status = statuses.get(spec, RunStatus())
+        if status.finished:
+            (plan.done if status.evaluated >= set(SPLITS) else plan.evaluate).append(spec)
+        else:
+            (plan.resume if status.resumable else plan.start).append(spec)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- disk
+
+
+def read_status(logdir: Path) -> RunStatus:
+    """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint/state.json``, ``eval_*.json``."""
+    final = _read_json(logdir / FINAL_FILE)
+    checkpoint = logdir / CHECKPOINT_DIR
+    return RunStatus(
+        finished=final is not None,
+        resumable=(checkpoint / "state.json").is_file(),
+        evaluated=frozenset(split for split in SPLITS if (logdir / f"eval_{split}.json").is_file()),
+        dev_uas=_float((final or {}).get("dev_uas")),
+    )
+
+
+def _float(value: Any) -> float:
+    """``float(value)``, NaN for None or junk."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
+    """The run of ``{root}/{lang}/{loss}/lr{lr}/seed{S}``, or None for any other path."""
+    try:
+        language, loss, lr, seed = logdir.relative_to(root).parts
+        if loss in LOSSES and lr.startswith("lr") and seed.startswith("seed"):
+            return RunSpec(language, loss, _lr(float(lr[2:])), int(seed[4:]))
+    except ValueError:
+        pass
+    return None
+
+
+def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
+    """The status of every run directory under ``root``."""
+    statuses = {}
+    for logdir in sorted(root.glob("*/*/lr*/seed*")):
+        spec = parse_logdir(root, logdir)
+        if spec is not None and logdir.is_dir():
+            statuses[spec] = read_status(logdir)
+    return statuses
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def train_command(
+    spec: RunSpec,
+    config: SuiteConfig,
+    data: Path,
+    root: Path,
+    resume: bool = False,
+    python: str = sys.executable,
+) -> list[str]:
+    """``python -m keras_structured.parsing train ... --quiet`` argv of ``spec``."""
+    argv = [python, *CLI, "train", "--treebank", str(data / LANGUAGES[spec.language]), "--loss", spec.loss]
+    argv += ["--learning-rate", f"{spec.learning_rate:g}", "--seed", str(spec.seed)]
+    argv += ["--logdir", str(spec.logdir(root)), *config.train_args, "--quiet"]
+    return argv + ["--resume"] if resume else argv
+
+
+def eval_command(logdir: Path, split: str, python: str = sys.executable) -> list[str]:
+    """``python -m keras_structured.parsing evaluate --logdir ... --split ... --json`` argv."""
+    return [python, *CLI, "evaluate", "--logdir", str(logdir), "--split", split, "--json"]
+
+
+def run_commands(
+    spec: RunSpec,
+    status: RunStatus,
+    config: SuiteConfig,
+    data: Path,
+    root: Path,
+    python: str = sys.executable,
+) -> list[tuple[str, list[str]]]:
+    """The steps left to finish ``spec``: training (with ``--resume`` when it can), then evaluations.
+
+    Args:
+        spec: the run.
+        status: what its logdir holds.
+        config: the suite's options (for ``train_args``).
+        data: the folder of the treebank folders.
+        root: the runs' root directory.
+        python: the interpreter of the subprocesses.
+
+    Returns:
+        ``[("train" | "eval", argv), ...]``: nothing for a run finished and evaluated, the
+        missing evaluations for a finished one, otherwise training then both evaluations.
+
+    Example:
+        >>> spec = RunSpec("vi", "crf", 0.002, 0)
+        >>> done = RunStatus(finished=True, evaluated=frozenset({"dev"}))
+        >>> steps = run_commands(spec, done, SuiteConfig(), Path("ud"), Path("runs"))
+        >>> [(kind, argv[-3:]) for kind, argv in steps]
+        [('eval', ['--split', 'test', '--json'])]
+    """
+    steps = []
+    if not status.finished:
+        steps.append(("train", train_command(spec, config, data, root, status.resumable, python)))
+    done = status.evaluated if status.finished else frozenset()
+    steps += [
+        ("eval", eval_command(spec.logdir(root), split, python)) for split in SPLITS if split not in done
+    ]
+    return steps
+
+
+def parse_eval_output(stdout: str) -> dict[str, Any]:
+    """The last JSON line of ``evaluate --json`` output holding ``uas``."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "uas" in data:
+            return data
+    raise ValueError("no JSON line with 'uas' in the evaluation output")
+
+
+def _train(argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str]) -> int:
+    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
+    exit status. ``state`` (``bench_state.json``) accumulates the wall time and the sessions."""
+    if "--resume" not in argv and logdir.exists():
+        shutil.rmtree(logdir)  # partial run without a checkpoint: start afresh
+    logdir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(logdir / TRAIN_LOG, "a") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    state.update(
+        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
+        sessions=state["sessions"] + 1,
+        last_exit=code,
+        threads=int(env.get("OMP_NUM_THREADS", 0)),
+    )
+    _write_json(logdir / STATE_FILE, state)
+    return code
+
+
+def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
+    """Bring one run to completion (train or resume, then evaluate dev and test); ``True`` on success.
+
+    Training output is appended to ``bench_train.log``, evaluation output written to
+    ``bench_eval_{split}.log``; ``bench_state.json`` accumulates wall times over sessions (also
+    over a fresh restart of a partial run without checkpoint, whose other files are removed).
+    """
+    logdir = spec.logdir(root)
+    status = read_status(logdir)
+    state = _read_json(logdir / STATE_FILE) or {}
+    state = {"train_wall_s": 0.0, "sessions": 0, "eval_wall_s": {}, **state}
+    for kind, argv in run_commands(spec, status, config, data, root):
+        if kind == "train":
+            _log(f"{'resume' if '--resume' in argv else 'train'} {spec.name}")
+            code = _train([*argv, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
+            # Each process stops starting epochs after TIME_LIMIT_MINUTES (a checkpoint, no
+            # final.json): long runs go on in fresh processes, each well under an hour.
+            while code == 0 and not (logdir / FINAL_FILE).is_file() and read_status(logdir).resumable:
+                _log(f"resume {spec.name} (time limit of the last process)")
+                resume = train_command(spec, config, data, root, resume=True)
+                code = _train([*resume, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
+            if code != 0 or not (logdir / FINAL_FILE).is_file():
+                _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
+                return False
+        else:
+            split = argv[argv.index("--split") + 1]
+            _log(f"evaluate {spec.name} on {split}")
+            start = time.perf_counter()
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+            (logdir / f"bench_eval_{split}.log").write_text(proc.stdout + proc.stderr)
+            target = logdir / f"eval_{split}.json"
+            if not target.is_file():  # the CLI writes it; fall back on its JSON line
+                try:
+                    _write_json(target, parse_eval_output(proc.stdout))
+                except ValueError:
+                    _log(f"FAILED evaluating {spec.name} on {split} (exit {proc.returncode})")
+                    return False
+            state["eval_wall_s"] = {**state["eval_wall_s"], split: round(time.perf_counter() - start, 3)}
+            _write_json(logdir / STATE_FILE, state)
+    _log(f"done {spec.name} (train {state['train_wall_s'] / 60:.1f} min)")
+    return True
+
+
+def describe_choices(plan: Plan) -> list[str]:
+    """One line per learning-rate choice (and the reduction made), for the terminal and ``results.md``."""
+    config = plan.config
+    if not config.tuning:
+        return [f"One learning rate ({config.learning_rates[0]:g}) for every run: nothing tuned."]
+    lines = []
+    if config.reduced:
+        tuned = " and ".join(config.tune_languages)
+        lines.append(
+            f"Learning-rate reduction made: every loss is tuned on {tuned} only (seed {config.seeds[0]}, "
+            f"grid {', '.join(f'{lr:g}' for lr in config.learning_rates)}); the rate with the best mean dev "
+            f"UAS over {tuned} is used for every other language, and seeds after the first run only at that "
+            f"rate, on {tuned}. The paper tunes every language on the grid and widens it when the best "
+            "rate is at an end; this benchmark does not widen it."
+        )
+    else:
+        lines.append("Every language is tuned on itself (no reduction); the grid is not widened.")
+    for (group, loss), choice in plan.choices.items():
+        where = "+".join(group)
+        if choice.learning_rate is None:
+            lines.append(f"{loss} on {where}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
+        else:
+            edge = " (at an end of the grid)" if choice.at_edge(config.learning_rates) else ""
+            score = choice.scores[choice.learning_rate]
+            lines.append(
+                f"{loss} on {where}: lr {choice.learning_rate:g}{edge}, mean dev UAS {_fmt(score, 2)}"
+            )
+    return lines
+
+
+def _write_plan_file(root: Path, plan: Plan) -> None:
+    chosen = [
+        {
+            "tuned_on": list(group),
+            "loss": loss,
+            "learning_rate": choice.learning_rate,
+            "scores": choice.scores,
+        }
+        for (group, loss), choice in plan.choices.items()
+    ]
+    root.mkdir(parents=True, exist_ok=True)
+    _write_json(root / PLAN_FILE, {"config": plan.config.to_json(), "choices": chosen})
+
+
+def read_config(root: Path) -> SuiteConfig:
+    """The suite options recorded by the last ``run`` in ``{root}/bench_plan.json`` (defaults without)."""
+    recorded = _read_json(root / PLAN_FILE)
+    return SuiteConfig.from_json(recorded["config"]) if recorded and "config" in recorded else SuiteConfig()
+
+
+def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
+    """Run the plan in rounds (tuning, then what its choices decide) until nothing is left.
+
+    Each round re-plans from the logdirs (:func:`plan_suite`), records the plan in
+    ``{root}/bench_plan.json`` and runs what is pending, ``jobs`` at a time. A run that fails
+    is not retried in the same session; what depends on it keeps waiting.
+
+    Args:
+        config: the suite's options.
+        data: the folder of the treebank folders.
+        root: the runs' root directory.
+        jobs: training processes at a time.
+        env: the subprocesses' environment (threads, log level).
+
+    Returns:
+        True when every planned run is finished and evaluated.
+    """
+    attempted: set[RunSpec] = set()
+    ok = True
+    while True:
+        plan = plan_suite(config, scan_statuses(root))
+        _write_plan_file(root, plan)
+        todo = [spec for spec in plan.pending if spec not in attempted]
+        if not todo:
+            break
+        attempted.update(todo)
+        _log(
+            f"round: {len(todo)} runs ({len(plan.done)} done, "
+            f"{len(plan.waiting)} language/loss pairs waiting for their learning rate)"
+        )
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(execute, spec, config, data, root, env) for spec in todo]
+            try:
+                ok = all([future.result() for future in futures]) and ok
+            except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    for line in describe_choices(plan):
+        _log(line)
+    return ok and not plan.pending and not plan.waiting
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+@dataclasses.dataclass
+class RunResult:
+    """A finished run (``final.json``) as read back from its logdir."""
+
+    spec: RunSpec
+    final: dict[str, Any]
+    evals: dict[str, dict[str, Any]]
+    state: dict[str, Any]
+    config: dict[str, Any]
+    progress: dict[str, np.ndarray]
+    sparsity: list[tuple[int, list[int]]]
+
+    def column(self, name: str) -> np.ndarray:
+        """A ``progress.csv`` column as floats (empty when absent)."""
+        return self.progress.get(name, np.array([]))
+
+    def uas(self, split: str, key: str = "uas") -> float:
+        """``eval_{split}.json``'s ``key`` (NaN when not evaluated)."""
+        return _float(self.evals.get(split, {}).get(key))
+
+
+def _read_sparsity(path: Path) -> list[tuple[int, list[int]]]:
+    """``(epoch, trees per dev sentence)`` of each readable line of ``sparsity_dev.jsonl``."""
+    rows = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            data = json.loads(line)
+            rows.append((int(data["epoch"]), [int(c) for c in data["trees_per_sentence"]]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return rows
+
+
+def load_runs(root: Path) -> list[RunResult]:
+    """Every finished run (``final.json`` readable) under ``root``."""
+    runs = []
+    for final_path in sorted(root.glob(f"*/*/lr*/seed*/{FINAL_FILE}")):
+        logdir = final_path.parent
+        spec, final = parse_logdir(root, logdir), _read_json(final_path)
+        if spec is None or final is None:
+            continue
+        progress = read_progress(logdir / "progress.csv") if (logdir / "progress.csv").is_file() else {}
+        evals = {split: e for split in SPLITS if (e := _read_json(logdir / f"eval_{split}.json")) is not None}
+        runs.append(
+            RunResult(
+                spec=spec,
+                final=final,
+                evals=evals,
+                state=_read_json(logdir / STATE_FILE) or {},
+                config=_read_json(logdir / "config.json") or {},
+                progress=progress,
+                sparsity=_read_sparsity(logdir / "sparsity_dev.jsonl"),
+            )
+        )
+    return runs
+
+
+def mean_and_spread(values: Sequence[float]) -> tuple[float, float, int]:
+    """``(mean, (max - min) / 2, count)`` of the finite values; NaNs for none."""
+    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if finite.size == 0:
+        return math.nan, math.nan, 0
+    return float(finite.mean()), float(finite.max() - finite.min()) / 2, int(finite.size)
+
+
+def _cell(values: Sequence[float], expected: int, bold: bool = False) -> str:
+    """``mean ± spread (n seeds)``, ``(k of n seeds)`` when some are missing, ``missing`` for none."""
+    mean, spread, count = mean_and_spread(values)
+    if count == 0:
+        return "missing"
+    text = f"{mean:.2f}" + (f" ± {spread:.2f}" if count > 1 else "")
+    text = f"**{text}**" if bold else text
+    if count > 1 or count < expected:
+        text += f" ({count} of {expected} seeds)" if count < expected else f" ({count} seeds)"
+    return text
+
+
+def sparsemap_verdict(test_uas: Mapping[tuple[str, str], float], languages: Sequence[str]) -> str:
+    """Whether the SparseMAP losses beat both CRF and hinge on most languages, from mean test UAS.
+
+    A language counts when it has a result for at least one SparseMAP loss and for both
+    baselines; it is won when the better SparseMAP loss beats the better baseline (the
+    paper's reading of its Table 1: "outperform the SVM and CRF losses on 4 out of 5").
+
+    Args:
+        test_uas: ``(language, loss) -> mean test UAS`` (missing or NaN entries do not count).
+        languages: the languages, in table order.
+
+    Returns:
+        One sentence stating the verdict and its counts.
+
+    Example:
+        >>> uas = {("en", "sparsemap"): 87.0, ("en", "crf"): 86.0, ("en", "hinge"): 86.5}
+        >>> sparsemap_verdict(uas, ["en"])[:4]
+        'Yes:'
+    """
+
+    def best(language: str, losses: Sequence[str]) -> float:
+        scores = [test_uas.get((language, loss), math.nan) for loss in losses]
+        scores = [s for s in scores if math.isfinite(s)]
+        return max(scores) if scores else math.nan
+
+    compared, won = [], []
+    for language in languages:
+        sparse = best(language, SPARSEMAP_LOSSES)
+        baselines = [test_uas.get((language, loss), math.nan) for loss in BASELINES]
+        if not math.isfinite(sparse) or not all(math.isfinite(b) for b in baselines):
+            continue
+        compared.append(language)
+        if sparse > max(baselines):
+            won.append(language)
+    if not compared:
+        return (
+            "Not decided: no language has test results for a SparseMAP loss and for both CRF and hinge yet."
+        )
+    most = len(won) > len(compared) / 2
+    names = ", ".join(won) or "none"
+    return (
+        f"{'Yes' if most else 'No'}: the SparseMAP losses (the better of sparsemap and margin_sparsemap, "
+        f"mean test UAS) beat both CRF and hinge on {len(won)} of the {len(compared)} languages with all "
+        f"results ({names}), {'which is' if most else 'which is not'} most of them "
+        "(the paper reports 4 of 5)."
+    )
+
+
+def _sparsity(counts: Sequence[int]) -> tuple[float, float, int]:
+    """``(mean trees per sentence, fraction with one tree, max)``; counts below 1 (no tree) are skipped."""
+    array = np.asarray([c for c in counts if c >= 1])
+    if array.size == 0:
+        return math.nan, math.nan, 0
+    return float(array.mean()), float(np.mean(array == 1)), int(array.max())
+
+
+def _grouped(runs: list[RunResult], plan: Plan) -> dict[tuple[str, str], list[RunResult]]:
+    """Finished runs at the chosen learning rate, by ``(language, loss)``, seeds sorted."""
+    groups: dict[tuple[str, str], list[RunResult]] = {}
+    for run in sorted(runs, key=lambda r: r.spec.seed):
+        key = (run.spec.language, run.spec.loss)
+        if plan.chosen.get(key) == run.spec.learning_rate:
+            groups.setdefault(key, []).append(run)
+    return groups
+
+
+def _uas_tables(plan: Plan, groups: dict[tuple[str, str], list[RunResult]]) -> tuple[list[str], dict]:
+    """Markdown tables of test UAS (with and without punctuation); the mean test UAS per cell."""
+    config = plan.config
+    losses = config.losses
+    means: dict[tuple[str, str], float] = {}
+    lines = []
+    for key, title in (
+        ("uas", "Test UAS (%), punctuation included"),
+        ("uas_no_punct", "Test UAS (%), without punctuation"),
+    ):
+        lines += [
+            f"**{title}**",
+            "",
+            f"| language | {' | '.join(losses)} |",
+            "|---" * (len(losses) + 1) + "|",
+        ]
+        for language in config.all_languages:
+            values = {loss: [r.uas("test", key) for r in groups.get((language, loss), [])] for loss in losses}
+            row_means = {loss: mean_and_spread(v)[0] for loss, v in values.items()}
+            top = max((m for m in row_means.values() if math.isfinite(m)), default=math.nan)
+            cells = []
+            for loss in losses:
+                if (language, loss) in plan.waiting:
+                    cells.append("missing (lr not chosen)")
+                    continue
+                expected = len(config.seeds_for(language))
+                cells.append(_cell(values[loss], expected, bold=row_means[loss] == top))
+                if key == "uas":
+                    means[language, loss] = row_means[loss]
+            lines.append(f"| {language} | {' | '.join(cells)} |")
+        lines.append("")
+    return lines, means
+
+
+def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
+    """Best dev UAS (``final.json``) of every finished run at the first seed, by learning rate."""
+    config = plan.config
+    seed = config.seeds[0]
+    rates = sorted({*config.learning_rates, *(r.spec.learning_rate for r in runs)})
+    dev = {
+        (r.spec.language, r.spec.loss, r.spec.learning_rate): _float(r.final.get("dev_uas"))
+        for r in runs
+        if r.spec.seed == seed
+    }
+    lines = [
+        f"Best dev UAS (%) of each finished run at seed {seed} (`final.json`); the chosen rate in bold.",
+        "",
+        f"| language | loss | {' | '.join(f'lr {lr:g}' for lr in rates)} |",
+        "|---" * (len(rates) + 2) + "|",
+    ]
+    pairs = sorted(
+        {(language, loss) for language, loss, _ in dev}, key=lambda p: (_order(p[0]), LOSSES.index(p[1]))
+    )
+    for language, loss in pairs:
+        cells = []
+        for lr in rates:
+            value = dev.get((language, loss, lr))
+            text = "–" if value is None else _fmt(value, 2)
+            cells.append(
+                f"**{text}**" if plan.chosen.get((language, loss)) == lr and value is not None else text
+            )
+        lines.append(f"| {language} | {loss} | {' | '.join(cells)} |")
+    return lines
+
+
+def _order(language: str) -> int:
+    return list(LANGUAGES).index(language) if language in LANGUAGES else len(LANGUAGES)
+
+
+def _sparsity_table(plan: Plan, groups: dict[tuple[str, str], list[RunResult]]) -> list[str]:
+    """SparseMAP sparsity on dev and test (from ``eval_{split}.json``), mean over seeds."""
+    lines = [
+        "Trees with nonzero weight per sentence, from `eval_{split}.json` at the chosen learning rate; "
+        "mean over seeds of each seed's mean, fraction of sentences with exactly one tree, largest count.",
+        "",
+        "| language | loss | seeds | dev trees/sentence | dev one tree | dev max | test trees/sentence "
+        "| test one tree | test max |",
+        "|---" * 9 + "|",
+    ]
+    for language in plan.config.all_languages:
+        for loss in SPARSEMAP_LOSSES:
+            group = groups.get((language, loss), [])
+            if loss not in plan.config.losses:
+                continue
+            if not group:
+                lines.append(f"| {language} | {loss} | 0 | missing | | | | | |")
+                continue
+            cells = []
+            for split in SPLITS:
+                stats = [_sparsity(r.evals.get(split, {}).get("trees_per_sentence", [])) for r in group]
+                mean = mean_and_spread([s[0] for s in stats])[0]
+                one = mean_and_spread([s[1] for s in stats])[0]
+                largest = max((s[2] for s in stats), default=0)
+                cells += [
+                    _fmt(mean, 2),
+                    "n/a" if math.isnan(one) else f"{100 * one:.1f}%",
+                    str(largest or "n/a"),
+                ]
+            lines.append(f"| {language} | {loss} | {len(group)} | {' | '.join(cells)} |")
+    return lines
+
+
+def _throughput_table(plan: Plan, runs: list[RunResult]) -> list[str]:
+    """Median training sentences/s per language and loss, and SparseMAP's time per sentence against CRF."""
+    losses = plan.config.losses
+    threads = sorted({int(r.state["threads"]) for r in runs if r.state.get("threads")})
+    lines = [
+        "Median of the `sentences_per_s` rows of `progress.csv` over every finished run of the loss (all "
+        f"learning rates and seeds); CPU threads per job: {', '.join(map(str, threads)) or 'unknown'}. "
+        f"Ratio = time per sentence of sparsemap / crf = crf sentences/s / sparsemap sentences/s, target "
+        f"<= {THROUGHPUT_TARGET:g}; comparable only when the runs shared the machine alike.",
+        "",
+        f"| language | {' | '.join(losses)} | sparsemap / crf | <= {THROUGHPUT_TARGET:g} |",
+        "|---" * (len(losses) + 3) + "|",
+    ]
+    for language in plan.config.all_languages:
+        median = {}
+        for loss in losses:
+            rows = [
+                r.column("sentences_per_s")
+                for r in runs
+                if (r.spec.language, r.spec.loss) == (language, loss)
+            ]
+            values = np.concatenate(rows) if rows else np.array([])
+            values = values[np.isfinite(values)]
+            median[loss] = float(np.median(values)) if values.size else math.nan
+        crf, sparsemap = median.get("crf", math.nan), median.get("sparsemap", math.nan)
+        ratio = crf / sparsemap if sparsemap > 0 else math.nan
+        met = "n/a" if not math.isfinite(ratio) else ("yes" if ratio <= THROUGHPUT_TARGET else "**no**")
+        cells = " | ".join(_fmt(median[loss], 1) for loss in losses)
+        lines.append(f"| {language} | {cells} | {_fmt(ratio, 2)} | {met} |")
+    return lines
+
+
+def _runs_table(runs: list[RunResult]) -> list[str]:
+    """Every finished run: epochs, dev and test UAS, throughput and wall time."""
+    lines = [
+        "Train wall: `bench_state.json` (every session of the benchmark, start-up included); train s: "
+        "`final.json`'s `train_seconds`.",
+        "",
+        "| run | epochs | best epoch | stopped early | dev UAS | test UAS | test UAS no punct | sentences/s "
+        "| train wall (min) | train s |",
+        "|---" * 10 + "|",
+    ]
+    for run in sorted(
+        runs,
+        key=lambda r: (
+            _order(r.spec.language),
+            r.spec.language,
+            LOSSES.index(r.spec.loss),
+            r.spec.learning_rate,
+            r.spec.seed,
+        ),
+    ):
+        f = run.final
+        sps = run.column("sentences_per_s")
+        sps = sps[np.isfinite(sps)]
+        lines.append(
+            f"| {run.spec.name} | {f.get('epochs_run', 'n/a')} | {f.get('best_epoch', 'n/a')} "
+            f"| {'yes' if f.get('stopped_early') else 'no'} | {_fmt(_float(f.get('dev_uas')), 2)} "
+            f"| {_fmt(run.uas('test'), 2)} | {_fmt(run.uas('test', 'uas_no_punct'), 2)} "
+            f"| {_fmt(float(np.median(sps)) if sps.size else math.nan, 1)} "
+            f"| {_fmt(_float(run.state.get('train_wall_s')) / 60, 1)} "
+            f"| {_fmt(_float(f.get('train_seconds')), 0)} |"
+        )
+    return lines
+
+
+def _missing_lines(plan: Plan) -> list[str]:
+    """The planned runs not finished and evaluated, and the pairs still waiting for their learning rate."""
+    lines = []
+    for spec in plan.evaluate:
+        lines.append(f"- `{spec.name}`: trained, not evaluated on dev and test")
+    for spec in plan.resume:
+        lines.append(f"- `{spec.name}`: partial (checkpoint), to resume")
+    for spec in plan.start:
+        lines.append(f"- `{spec.name}`: not started (or failed before a checkpoint)")
+    for language, loss in plan.waiting:
+        choice = plan.choice(language, loss)
+        lines.append(
+            f"- `{language}/{loss}`: learning rate not chosen, {len(choice.missing)} tuning runs on "
+            f"{'+'.join(choice.tuned_on)} unfinished"
+        )
+    return lines or ["None: every planned run is finished and evaluated."]
+
+
+def _treebank_lines(plan: Plan, runs: list[RunResult]) -> list[str]:
+    used: dict[str, set[str]] = {}
+    for run in runs:
+        if run.config.get("treebank"):
+            used.setdefault(run.spec.language, set()).add(Path(run.config["treebank"]).name)
+    lines = ["| language | treebank | used by the runs | note |", "|---|---|---|---|"]
+    for language, folder in LANGUAGES.items():
+        lines.append(
+            f"| {language} | {folder} | {', '.join(sorted(used.get(language, []))) or 'no finished run'} "
+            f"| {TREEBANK_NOTES.get(language, '')} |"
+        )
+    return lines
+
+
+def _plot_figures(plan: Plan, groups: dict[tuple[str, str], list[RunResult]], out: Path) -> list[Path]:
+    """Sparsity histograms and sparsity over training of the sparsemap loss, learning curves; per language."""
+    from keras_structured.parsing import figures
+
+    paths = []
+    test_series = {}
+    for language in plan.config.all_languages:
+        sparse = groups.get((language, "sparsemap"), [])
+        lr = plan.chosen.get((language, "sparsemap"))
+        if sparse:
+            run = sparse[0]
+            series = {
+                split: [c for c in run.evals[split].get("trees_per_sentence", []) if c >= 1]
+                for split in SPLITS
+                if split in run.evals
+            }
+            series = {split: counts for split, counts in series.items() if counts}
+            if series:
+                paths.append(out / f"sparsity_{language}.png")
+                figures.plot_sparsity(
+                    series, paths[-1], title=f"{language}: sparsemap, lr {lr:g}, seed {run.spec.seed}"
+                )
+            if "test" in series:
+                test_series[language] = series["test"]
+            epochs = [(e, [c for c in counts if c >= 1]) for e, counts in run.sparsity]
+            epochs = [(e, counts) for e, counts in epochs if counts]
+            if epochs:
+                paths.append(out / f"sparsity_training_{language}.png")
+                figures.plot_sparsity_over_training(
+                    [e for e, _ in epochs],
+                    [c for _, c in epochs],
+                    paths[-1],
+                    title=f"{language}: sparsemap on dev during training (lr {lr:g}, seed {run.spec.seed})",
+                )
+        curves = {}
+        for loss in plan.config.losses:
+            for run in groups.get((language, loss), [])[:1]:
+                epochs, dev = run.column("epoch"), run.column("dev_uas")
+                if epochs.size and epochs.size == dev.size:
+                    label = f"{loss} (lr {run.spec.learning_rate:g}, seed {run.spec.seed})"
+                    curves[label] = (epochs.tolist(), dev.tolist())
+        if curves:
+            paths.append(out / f"learning_curves_{language}.png")
+            figures.plot_learning_curves(
+                curves, paths[-1], title=f"{language}: dev UAS at the chosen learning rates"
+            )
+    if len(test_series) > 1:
+        paths.append(out / "sparsity_test.png")
+        figures.plot_sparsity(test_series, paths[-1], title="sparsemap on test, per language")
+    return paths
+
+
+def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
+    """Write ``{root}/results.md`` and ``{root}/figures/*.png`` from the finished runs; return the md path.
+
+    Only finished runs (``final.json``) count, at the learning rates :func:`plan_suite` chooses
+    from them; the planned runs not finished and evaluated are listed as missing.
+
+    Args:
+        root: the runs' root directory.
+        config: the suite's options; by default those recorded in ``{root}/bench_plan.json``.
+
+    Returns:
+        The path of ``results.md``.
+
+    Example:
+        >>> import tempfile
+        >>> config = SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(2e-3,), seeds=(0,))
+        >>> path = write_report(Path(tempfile.mkdtemp()), config)
+        >>> "`vi/crf/lr0.002/seed0`: not started" in path.read_text()
+        True
+    """
+    config = config or read_config(root)
+    plan = plan_suite(config, scan_statuses(root))
+    runs = load_runs(root)
+    groups = _grouped(runs, plan)
+    uas_lines, test_means = _uas_tables(plan, groups)
+    subset = (
+        f"training options `{' '.join(config.train_args)}` (a quick subset, not the full protocol)"
+        if config.train_args
+        else "full training data and epochs"
+    )
+    sections = [
+        "# Dependency parsing: SparseMAP, CRF, hinge and perceptron losses (SparseMAP paper, Table 1)",
+        f"{len(runs)} finished runs under `{root}`, generated {time.strftime('%Y-%m-%d %H:%M')}; {subset}. "
+        'Only finished runs count; runs not finished are listed under "Missing runs".',
+        "## Learning rates",
+        "\n".join(f"- {line}" for line in describe_choices(plan)),
+        "## Test UAS",
+        "Cells: mean ± half the range (max - min) / 2 over seeds, when there are several; the best mean of "
+        "each row in bold. Runs at the chosen learning rate only.",
+        "\n".join(uas_lines),
+        sparsemap_verdict(test_means, config.all_languages),
+        "## Dev UAS of the tuning runs",
+        "\n".join(_tuning_table(plan, runs)),
+        "## SparseMAP sparsity",
+        "\n".join(_sparsity_table(plan, groups)),
+        "## Training throughput",
+        "\n".join(_throughput_table(plan, runs)),
+        "## All finished runs",
+        "\n".join(_runs_table(runs)),
+        "## Missing runs",
+        "\n".join(_missing_lines(plan)),
+        "## Treebanks",
+        "\n".join(_treebank_lines(plan, runs)),
+    ]
+    figure_paths = _plot_figures(plan, groups, root / "figures") if groups else []
+    if figure_paths:
+        sections += ["## Figures", *(f"![{p.stem}](figures/{p.name})" for p in figure_paths)]
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "results.md"
+    path.write_text("\n\n".join(sections) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the ``run`` / ``report`` command line."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train and evaluate the suite (resumable), then report")
+    run.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help=f"directory of the runs (default {DEFAULT_ROOT}, {QUICK_ROOT} with --quick)",
+    )
+    run.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="folder of the treebank folders (default %(default)s)"
+    )
+    run.add_argument(
+        "--languages",
+        nargs="+",
+        choices=list(LANGUAGES),
+        default=None,
+        help=f"treebanks: {', '.join(f'{k} = {v}' for k, v in LANGUAGES.items())} "
+        "(default all; vi with --quick)",
+    )
+    run.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES), help="(default all)")
+    run.add_argument(
+        "--learning-rates",
+        nargs="+",
+        type=float,
+        default=None,
+        help=f"the grid (default {' '.join(f'{lr:g}' for lr in LEARNING_RATES)}; "
+        f"{QUICK_LEARNING_RATE:g} with --quick)",
+    )
+    run.add_argument("--seeds", nargs="+", type=int, default=None, help="(default 0 1; 0 with --quick)")
+    run.add_argument(
+        "--tune-languages",
+        nargs="+",
+        choices=list(LANGUAGES),
+        default=list(TUNE_LANGUAGES),
+        help="the languages the learning rate is tuned on, the only ones that get every seed (default en vi)",
+    )
+    run.add_argument(
+        "--per-language-tuning",
+        action="store_true",
+        help="no reduction: tune every language on itself, every seed on every language",
+    )
+    run.add_argument("--jobs", type=int, default=1, help="training processes at a time (default 1)")
+    run.add_argument(
+        "--threads-per-job", type=int, default=None, help="CPU threads per job (default cores / jobs)"
+    )
+    run.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke test of minutes: vi, {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0",
+    )
+    run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
+    report = sub.add_parser("report", help="write results.md and figures/ from the finished runs")
+    report.add_argument(
+        "--root", type=Path, default=DEFAULT_ROOT, help="directory of the runs (default %(default)s)"
+    )
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> SuiteConfig:
+    """The :class:`SuiteConfig` of ``run``'s options (``--quick`` fills the options not given)."""
+    quick = args.quick
+    return SuiteConfig(
+        languages=tuple(args.languages or (["vi"] if quick else LANGUAGES)),
+        losses=tuple(args.losses),
+        learning_rates=tuple(args.learning_rates or ([QUICK_LEARNING_RATE] if quick else LEARNING_RATES)),
+        seeds=tuple(args.seeds if args.seeds is not None else ([0] if quick else SEEDS)),
+        tune_languages=tuple(args.tune_languages),
+        per_language=args.per_language_tuning,
+        train_args=QUICK_TRAIN_ARGS if quick else (),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (1 when some run failed or is still missing, 2 on a bad root)."""
+    args = parse_args(argv)
+    if args.command == "report":
+        print(write_report(args.root))
+        return 0
+    config = config_from_args(args)
+    root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
+    recorded = _read_json(root / PLAN_FILE)
+    if recorded and tuple(recorded.get("config", {}).get("train_args", ())) != config.train_args:
+        print(
+            f"{root} holds runs trained with other options ({recorded['config'].get('train_args')}); "
+            "use another --root",
+            file=sys.stderr,
+        )
+        return 2
+    if args.dry_run:
+        statuses = scan_statuses(root)
+        plan = plan_suite(config, statuses)
+        for spec in plan.pending:
+            for _, command in run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root):
+                print(shlex.join(command))
+        for line in describe_choices(plan):
+            print(f"# {line}")
+        waiting: dict[str, list[str]] = {}
+        for language, loss in plan.waiting:
+            waiting.setdefault(loss, []).append(language)
+        for loss, languages in waiting.items():
+            print(f"# {loss}: {', '.join(languages)} wait for the learning-rate tuning runs")
+        return 0
+    missing = [
+        language for language in config.all_languages if not (args.data / LANGUAGES[language]).is_dir()
+    ]
+    if missing:
+        print(
+            f"treebank folders missing under {args.data}: {', '.join(LANGUAGES[m] for m in missing)}",
+            file=sys.stderr,
+        )
+        return 2
+    threads = args.threads_per_job or max(1, (os.cpu_count() or 1) // args.jobs)
+    ok = run_suite(config, args.data, root, args.jobs, subprocess_env(threads))
+    _log(f"report: {write_report(root, config)}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
