@@ -8,7 +8,6 @@ and the runner's subprocess calls are replaced by a stub that writes them.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -17,20 +16,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-if "bench_rl" not in sys.modules:
-    _load("bench_rl")  # bench_parsing imports its helpers
-bench = _load("bench_parsing")
+load_benchmark("bench_rl")  # bench_parsing imports its helpers
+bench = load_benchmark("bench_parsing")
 
 COLUMNS = (
     "epoch,loss,dev_uas,dev_uas_no_punct,sentences_per_s,trees_per_sentence,one_tree_fraction,epoch_seconds"
@@ -190,14 +179,15 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
         R("en", "sparsemap", 0.002, 1),
         R("ro", "sparsemap", 0.002, 0),
     ]
+    # Runs under way first, then new runs from the smallest treebank to the largest.
     assert plan.pending == [
         R("vi", "sparsemap", 0.002, 0),
-        R("en", "crf", 0.002, 0),
         R("vi", "crf", 0.001, 0),
-        R("vi", "crf", 0.002, 0),
-        R("en", "sparsemap", 0.002, 1),
         R("vi", "sparsemap", 0.002, 1),
         R("ro", "sparsemap", 0.002, 0),
+        R("vi", "crf", 0.002, 0),
+        R("en", "crf", 0.002, 0),
+        R("en", "sparsemap", 0.002, 1),
     ]
     lines = bench.describe_choices(plan)
     assert lines[0].startswith("Learning-rate reduction made: every loss is tuned on en and vi only")

@@ -7,7 +7,6 @@ the subprocess calls of the runner are replaced by a stub.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,18 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("bench_rl")
+bench = load_benchmark("bench_rl")
 
 COLUMNS = [
     "global_step",
@@ -302,7 +292,7 @@ def test_throughput_section_ratios():
 
 
 def test_sb3_reference_without_torch(monkeypatch):
-    reference = _load("sb3_ppo_reference")
+    reference = load_benchmark("sb3_ppo_reference")
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
     with pytest.raises(ImportError, match="rl-bench"):
