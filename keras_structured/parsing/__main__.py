@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     parse.add_argument("--split", default="dev", choices=("train", "dev", "test"))
     parse.add_argument("--index", type=int, default=0, help="sentence number in the split (from 0)")
     parse.add_argument("--png", default=None, help="draw the trees into this PNG file")
+    parse.add_argument("--max-trees", type=int, default=6, help="print and draw at most the N heaviest trees")
     return parser
 
 
@@ -124,13 +125,19 @@ def _parse(args) -> None:
     model, vocabulary, config = load_run(args.logdir)
     sentence, trees = parse_sentence(model, vocabulary, config, args.split, args.index)
     print(" ".join(sentence.words))
-    for heads, weight in trees:
+    shown, rest = trees[: args.max_trees], trees[args.max_trees :]
+    for heads, weight in shown:
         arcs = " ".join(f"{head}->{word}" for word, head in enumerate(heads[1:].tolist(), start=1))
         print(f"p={weight:.3f}  {arcs}")
+    if rest:
+        print(f"... and {len(rest)} more trees of total weight {sum(weight for _, weight in rest):.3f}")
     if args.png:
         from keras_structured.parsing.figures import draw_trees
 
-        draw_trees(list(sentence.words), trees, args.png, title=f"{args.split} sentence {args.index}")
+        title = f"{args.split} sentence {args.index}: {len(trees)} trees" + (
+            f", the {len(shown)} heaviest shown" if rest else ""
+        )
+        draw_trees(list(sentence.words), shown, args.png, title=title)
         print(f"wrote {args.png}")
 
 
