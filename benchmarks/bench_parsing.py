@@ -86,6 +86,8 @@ FINAL_FILE = "final.json"
 STATE_FILE = "bench_state.json"
 TRAIN_LOG = "bench_train.log"
 PLAN_FILE = "bench_plan.json"
+# How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
+MAX_WIDENINGS = 2
 # Minutes after which a training process starts no new epoch (see execute).
 TIME_LIMIT_MINUTES = 40
 CHECKPOINT_DIR = "checkpoint"
@@ -232,6 +234,10 @@ def choose_learning_rate(
 ) -> LearningRateChoice:
     """Pick ``loss``'s learning rate: the best mean dev UAS over ``tuned_on`` at ``seed``.
 
+    As in the paper, when the best rate is at an end of a grid of three rates or more, the
+    grid is widened by a factor of 2 beyond it (at most :data:`MAX_WIDENINGS` times): the
+    choice then waits for the tuning runs at the new rate, which it lists as missing.
+
     Args:
         loss: the loss.
         tuned_on: the tuning languages.
@@ -250,20 +256,26 @@ def choose_learning_rate(
         >>> choose_learning_rate("crf", ["en"], [0.001, 0.002], 0, statuses).learning_rate
         0.002
     """
-    grid = [_lr(lr) for lr in learning_rates]
+    grid = sorted(_lr(lr) for lr in learning_rates)
     if len(grid) == 1:
         return LearningRateChoice(loss, tuple(tuned_on), {}, grid[0])
-    scores, missing = {}, []
-    for lr in grid:
-        specs = [RunSpec(language, loss, lr, seed) for language in tuned_on]
-        absent = [spec for spec in specs if not statuses.get(spec, RunStatus()).finished]
-        missing += absent
-        if not absent:
-            scores[lr] = float(np.mean([statuses[spec].dev_uas for spec in specs]))
-    if missing:
-        return LearningRateChoice(loss, tuple(tuned_on), scores, None, tuple(missing))
-    best = max(grid, key=lambda lr: (-math.inf if math.isnan(scores[lr]) else scores[lr], -lr))
-    return LearningRateChoice(loss, tuple(tuned_on), scores, best)
+    widened = 0
+    while True:
+        scores, missing = {}, []
+        for lr in grid:
+            specs = [RunSpec(language, loss, lr, seed) for language in tuned_on]
+            absent = [spec for spec in specs if not statuses.get(spec, RunStatus()).finished]
+            missing += absent
+            if not absent:
+                scores[lr] = float(np.mean([statuses[spec].dev_uas for spec in specs]))
+        if missing:
+            return LearningRateChoice(loss, tuple(tuned_on), scores, None, tuple(missing))
+        best = max(grid, key=lambda lr: (-math.inf if math.isnan(scores[lr]) else scores[lr], -lr))
+        # The paper's protocol: a best rate at an end of the grid widens it by a factor of 2.
+        if len(learning_rates) < 3 or widened == MAX_WIDENINGS or best not in (grid[0], grid[-1]):
+            return LearningRateChoice(loss, tuple(tuned_on), scores, best)
+        grid = [_lr(best / 2), *grid] if best == grid[0] else [*grid, _lr(best * 2)]
+        widened += 1
 
 
 @dataclasses.dataclass
@@ -328,9 +340,13 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
             group = config.tuned_on(language)
             if (group, loss) in choices:
                 continue
-            choices[group, loss] = choose_learning_rate(loss, group, config.learning_rates, seed, statuses)
+            choice = choose_learning_rate(loss, group, config.learning_rates, seed, statuses)
+            choices[group, loss] = choice
             if config.tuning:
-                runs.update((RunSpec(t, loss, lr, seed), None) for t in group for lr in config.learning_rates)
+                grid = sorted(
+                    {*config.learning_rates, *choice.scores, *(spec.learning_rate for spec in choice.missing)}
+                )
+                runs.update((RunSpec(t, loss, lr, seed), None) for t in group for lr in grid)
     chosen, waiting = {}, []
     for language in config.all_languages:
         for loss in config.losses:
@@ -542,17 +558,20 @@ def describe_choices(plan: Plan) -> list[str]:
             f"Learning-rate reduction made: every loss is tuned on {tuned} only (seed {config.seeds[0]}, "
             f"grid {', '.join(f'{lr:g}' for lr in config.learning_rates)}); the rate with the best mean dev "
             f"UAS over {tuned} is used for every other language, and seeds after the first run only at that "
-            f"rate, on {tuned}. The paper tunes every language on the grid and widens it when the best "
-            "rate is at an end; this benchmark does not widen it."
+            f"rate, on {tuned}. The paper tunes every language on the grid. As in the paper, a best "
+            f"rate at an end of the grid widens it by a factor of 2 (at most {MAX_WIDENINGS} times)."
         )
     else:
-        lines.append("Every language is tuned on itself (no reduction); the grid is not widened.")
+        lines.append(
+            "Every language is tuned on itself (no reduction); a best rate at an end of the grid "
+            f"widens it by a factor of 2 (at most {MAX_WIDENINGS} times)."
+        )
     for (group, loss), choice in plan.choices.items():
         where = "+".join(group)
         if choice.learning_rate is None:
             lines.append(f"{loss} on {where}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
         else:
-            edge = " (at an end of the grid)" if choice.at_edge(config.learning_rates) else ""
+            edge = " (at an end of the widened grid)" if choice.at_edge(list(choice.scores)) else ""
             score = choice.scores[choice.learning_rate]
             lines.append(
                 f"{loss} on {where}: lr {choice.learning_rate:g}{edge}, mean dev UAS {_fmt(score, 2)}"

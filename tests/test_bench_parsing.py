@@ -191,7 +191,7 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
     ]
     lines = bench.describe_choices(plan)
     assert lines[0].startswith("Learning-rate reduction made: every loss is tuned on en and vi only")
-    assert "sparsemap on en+vi: lr 0.002 (at an end of the grid), mean dev UAS 76.00" in lines
+    assert "sparsemap on en+vi: lr 0.002 (at an end of the widened grid), mean dev UAS 76.00" in lines
     assert "crf on en+vi: not chosen yet (3 tuning runs unfinished)" in lines
 
 
@@ -405,7 +405,7 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
     # en won (87.2 > 86.0 and the seed-2 hinge), vi lost (crf 71.1), ro not compared: 1 of 2 is not most.
     assert "No: the SparseMAP losses" in text and "on 1 of the 2 languages with all results (en)" in text
 
-    assert "- sparsemap on en+vi: lr 0.002 (at an end of the grid), mean dev UAS 80.00" in text
+    assert "- sparsemap on en+vi: lr 0.002 (at an end of the widened grid), mean dev UAS 80.00" in text
     assert "Learning-rate reduction made" in text
     assert "| en | crf | 75.00 | **80.00** |" in text  # the tuning grid, chosen rate in bold
 
@@ -579,3 +579,21 @@ def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
     trains = [call for call in fake.calls if call[3] == "train"]
     assert len(trains) == 3 and "--resume" not in trains[0] and all("--resume" in c for c in trains[1:])
     assert json.loads((spec.logdir(tmp_path) / bench.STATE_FILE).read_text())["sessions"] == 3
+
+
+def test_a_best_rate_at_the_end_of_the_grid_widens_it():
+    R = bench.RunSpec
+    done = lambda uas: bench.RunStatus(finished=True, dev_uas=uas)  # noqa: E731
+    grid = (0.001, 0.002, 0.004)
+    statuses = {R("vi", "crf", lr, 0): done(uas) for lr, uas in zip(grid, (60.0, 62.0, 65.0), strict=True)}
+    choice = bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses)
+    assert choice.learning_rate is None and choice.missing == (R("vi", "crf", 0.008, 0),)
+    config = bench.SuiteConfig(
+        languages=("vi",), losses=("crf",), learning_rates=grid, seeds=(0,), tune_languages=("vi",)
+    )
+    assert R("vi", "crf", 0.008, 0) in bench.plan_suite(config, statuses).start
+    statuses[R("vi", "crf", 0.008, 0)] = done(64.0)  # worse: 0.004 is chosen, inside the grid now
+    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).learning_rate == 0.004
+    statuses[R("vi", "crf", 0.008, 0)] = done(66.0)  # better again: widened once more, then at most twice
+    statuses[R("vi", "crf", 0.016, 0)] = done(67.0)
+    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).learning_rate == 0.016
