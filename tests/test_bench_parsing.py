@@ -137,6 +137,7 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
         losses=("sparsemap", "crf"),
         learning_rates=(1e-3, 2e-3),
         seeds=(0, 1),
+        tune_languages=("en", "vi"),
     )
     assert config.all_languages == ("en", "vi", "ro")
     R = bench.RunSpec
@@ -193,6 +194,25 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
     assert lines[0].startswith("Learning-rate reduction made: every loss is tuned on en and vi only")
     assert "sparsemap on en+vi: lr 0.002 (at an end of the widened grid), mean dev UAS 76.00" in lines
     assert "crf on en+vi: not chosen yet (3 tuning runs unfinished)" in lines
+
+
+def test_plan_default_tunes_on_vi_and_seeds_en_and_vi():
+    R = bench.RunSpec
+    config = bench.SuiteConfig(
+        languages=("en", "ro"), losses=("crf",), learning_rates=(1e-3, 2e-3), seeds=(0, 1)
+    )
+    assert config.all_languages == ("en", "vi", "ro")  # vi joins: it is the tuning language
+    statuses = {R("vi", "crf", 0.001, 0): done(60.0), R("vi", "crf", 0.002, 0): done(65.0)}
+    plan = bench.plan_suite(config, statuses)
+    assert plan.chosen == {(language, "crf"): 0.002 for language in ("en", "vi", "ro")}
+    assert plan.start == [
+        R("en", "crf", 0.002, 0),
+        R("en", "crf", 0.002, 1),
+        R("vi", "crf", 0.002, 1),
+        R("ro", "crf", 0.002, 0),
+    ]
+    assert "tuned on vi only" in bench.describe_choices(plan)[0]
+    assert "only at that rate, on vi and en." in bench.describe_choices(plan)[0]
 
 
 def test_plan_per_language_and_single_rate():
@@ -315,8 +335,8 @@ def test_dry_run_full_grid_waits_for_tuning(tmp_path, capsys):
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run", "--losses", "crf", "hinge"]) == 0
     lines = capsys.readouterr().out.splitlines()
     trains = [line for line in lines if " train " in line]
-    assert len(trains) == 2 * 2 * 5  # en and vi, two losses, five rates, seed 0
-    assert all("--seed 0" in line and ("/en_ewt-2.0 " in line or "/vi_vtb-2.0 " in line) for line in trains)
+    assert len(trains) == 2 * 5  # vi, two losses, five rates, seed 0
+    assert all("--seed 0" in line and "/vi_vtb-2.0 " in line for line in trains)
     assert "# crf: en, vi, ja, zh, ro wait for the learning-rate tuning runs" in lines
 
 
@@ -338,6 +358,7 @@ def build_suite(root: Path) -> bench.SuiteConfig:
         losses=("sparsemap", "margin_sparsemap", "crf", "hinge"),
         learning_rates=(0.001, 0.002),
         seeds=(0, 1),
+        tune_languages=("en", "vi"),
     )
     test = {  # (language, loss) -> test UAS per seed at the chosen rate 0.002
         ("en", "sparsemap"): [87.0, 87.4],
@@ -549,10 +570,7 @@ def test_run_suite_tunes_then_runs_the_chosen_rate(tmp_path, monkeypatch):
         for c in fake.calls
         if c[3] == "train"
     )
-    assert trained == [  # the fake prefers the larger rate
-        ("en_ewt-2.0", "0.001", "0"),
-        ("en_ewt-2.0", "0.004", "0"),
-        ("en_ewt-2.0", "0.004", "1"),
+    assert trained == [  # the fake prefers the larger rate; en is not asked for
         ("ro_rrt-1.2", "0.004", "0"),
         ("vi_vtb-2.0", "0.001", "0"),
         ("vi_vtb-2.0", "0.004", "0"),
