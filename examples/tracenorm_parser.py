@@ -8,12 +8,20 @@ Subcommands:
 
 * ``train``: one run into ``--logdir`` (resumed if the folder holds a checkpoint):
   ``config.json`` (the settings), ``progress.csv`` (one row per step: objective, gap,
-  rank, ...), ``checkpoint.npz``, ``final.json`` (dev UAS, parameters, time), and the plots
-  ``rank.png`` (rank against steps) and ``objective_gap.png`` (objective and Frank-Wolfe gap
-  against steps, log axes).
+  rank, ...), ``checkpoint.npz``, ``final.json`` (dev UAS, parameters, time, the process's
+  peak resident memory), and the plots ``rank.png`` (rank against steps) and
+  ``objective_gap.png`` (objective and Frank-Wolfe gap against steps, log axes). With
+  ``--time-limit M`` the process takes no new step after M minutes: it writes the
+  checkpoint and the plots but no ``final.json``, and exits with status 0; the same
+  command resumes the run.
 * ``evaluate``: UAS of a run's checkpoint on a split; prints JSON, writes ``eval_<split>.json``.
 * ``sweep``: one ``train`` per value of ``--Cs`` (into ``<logdir>/C_<value>``), evaluated
   on dev and test: ``sweep.csv`` and ``uas_vs_C.png``.
+* ``frobenius``: the baseline on the same features, a dense ``A`` with the penalty
+  ``mu (||A||_F^2 + ||eta||^2)`` trained by Adam (``train_frobenius``; not resumable, no
+  checkpoint: the dense model is not kept). Writes ``config.json``, ``progress.csv``
+  (step, objective, loss, time), ``final.json`` (as ``train``'s) and ``eval_dev.json`` /
+  ``eval_test.json`` (as ``evaluate``'s).
 
 Examples:
     python examples/tracenorm_parser.py train --treebank ../shared/data/ud/vi_vtb-2.0 \\
@@ -21,6 +29,8 @@ Examples:
     python examples/tracenorm_parser.py evaluate --logdir runs/tracenorm/vi-C50 --split test
     python examples/tracenorm_parser.py sweep --treebank ../shared/data/ud/vi_vtb-2.0 \\
         --Cs 10,30,100 --steps 200 --logdir runs/tracenorm/vi-sweep
+    python examples/tracenorm_parser.py frobenius --treebank ../shared/data/ud/vi_vtb-2.0 \\
+        --mu 1e-4 --steps 100 --logdir runs/tracenorm/vi-frobenius
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import json
 import math
 import pathlib
 import sys
+import time
 
 # Repeated from keras_structured.parsing.tracenorm so that --help answers without importing it.
 _LOSSES = ("sparsemap", "hinge")
@@ -91,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(train)
     train.add_argument("--C", type=float, default=10.0, help="radius of the ball ||A||_* + lam ||eta|| <= C")
     train.add_argument("--logdir", required=True, help="run folder")
+    train.add_argument(
+        "--time-limit",
+        type=float,
+        default=0.0,
+        help="minutes after which no new step starts: checkpoint, no final.json, exit 0; the same "
+        "command resumes (0: no limit)",
+    )
     evaluate = commands.add_parser(
         "evaluate", help="UAS of a run on a split", formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
@@ -104,6 +122,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(sweep)
     sweep.add_argument("--Cs", type=_float_list, required=True, help="radii, comma separated, e.g. 1,10,100")
     sweep.add_argument("--logdir", required=True, help="folder of the sweep (one sub-run per C)")
+    frobenius = commands.add_parser(
+        "frobenius",
+        help="the dense baseline: min F + mu (||A||_F^2 + ||eta||^2) by Adam, evaluated on dev and test",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    frobenius.add_argument("--treebank", required=True, help="folder with *-ud-{train,dev,test}.conllu files")
+    frobenius.add_argument("--mu", type=float, default=1e-3, help="weight of the Frobenius penalty")
+    frobenius.add_argument("--learning-rate", type=float, default=1e-2, help="Adam's step")
+    frobenius.add_argument("--steps", type=int, default=100, help="Adam steps")
+    frobenius.add_argument("--loss", default="sparsemap", choices=_LOSSES)
+    frobenius.add_argument(
+        "--batch-size", type=int, default=None, help="sentences per step (minibatches); all if unset"
+    )
+    frobenius.add_argument(
+        "--dim", type=int, default=4096, help="hashing dimension d (the dense A takes 8 d^2 bytes per copy)"
+    )
+    frobenius.add_argument("--seed", type=int, default=0)
+    frobenius.add_argument("--max-train-sentences", type=int, default=None, help="use the first N")
+    frobenius.add_argument("--max-dev-sentences", type=int, default=None, help="use the first N")
+    frobenius.add_argument("--logdir", required=True, help="run folder")
     return parser
 
 
@@ -118,7 +156,18 @@ def _read_split(treebank: str, split: str, limit: int | None):
     return sentences if limit is None else sentences[:limit]
 
 
-def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict:
+def peak_memory_mib() -> float | None:
+    """The peak resident memory of this process so far, in MiB (None where unknown)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | None:
+    """One run (resumed from its checkpoint); None when stopped by ``--time-limit``."""
     from keras_structured.parsing import tracenorm
     from keras_structured.parsing.bilinear_features import featurize
 
@@ -147,7 +196,17 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict:
         "hazan": {name: getattr(settings, name) for name in settings.__dataclass_fields__},
     }
     (logdir / "config.json").write_text(json.dumps(config, indent=2))
-    trainer = tracenorm.HazanTrainer(train, settings, dev=dev, logdir=logdir)
+    minutes = getattr(args, "time_limit", 0.0) or 0.0
+    deadline = time.monotonic() + 60.0 * minutes if minutes > 0 else None
+    stopped = []
+
+    def stop_at_the_deadline(trainer: tracenorm.HazanTrainer, record: dict) -> bool:
+        if deadline is not None and time.monotonic() >= deadline and trainer.step_count < settings.steps:
+            stopped.append(trainer.step_count)
+            return False
+        return True
+
+    trainer = tracenorm.HazanTrainer(train, settings, dev=dev, logdir=logdir, callback=stop_at_the_deadline)
     try:
         trainer.train(progress=args.progress)
     except FloatingPointError as error:
@@ -155,6 +214,13 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict:
         plot_progress(trainer.history, logdir)
         raise SystemExit(1) from error
     plot_progress(trainer.history, logdir)
+    if stopped:
+        print(
+            f"Time limit of {minutes:g} min reached after step {stopped[0]} of {settings.steps}: checkpoint "
+            f"written to '{logdir}', no final.json. Run the same command to resume.",
+            file=sys.stderr,
+        )
+        return None
     last = trainer.history[-1] if trainer.history else {}
     final = {
         "steps": trainer.step_count,
@@ -165,6 +231,7 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict:
         "dense_parameters": args.dim**2 + trainer.model.eta.size,
         "time": last.get("time"),
         "dev": tracenorm.evaluate(trainer.model, dev),
+        "peak_memory_mib": peak_memory_mib(),
     }
     (logdir / "final.json").write_text(json.dumps(final, indent=2))
     print(json.dumps({"logdir": str(logdir), "dev_uas": final["dev"]["uas"], "rank": final["rank"]}))
@@ -179,6 +246,11 @@ def _evaluate(logdir: pathlib.Path, split: str) -> dict:
     if not config_path.is_file():
         raise SystemExit(f"No run in '{logdir}': config.json is missing (run train first).")
     config = json.loads(config_path.read_text())
+    if "frobenius" in config:
+        raise SystemExit(
+            f"'{logdir}' is a Frobenius run: it keeps no model, and its eval_dev.json and eval_test.json "
+            "were written when it was trained."
+        )
     model = tracenorm.load_checkpoint(logdir / tracenorm.CHECKPOINT_NAME)[0]
     limit = config["max_dev_sentences"] if split == "dev" else None
     sentences = featurize(_read_split(config["treebank"], split, limit), config["dim"])
@@ -186,6 +258,66 @@ def _evaluate(logdir: pathlib.Path, split: str) -> dict:
     (logdir / f"eval_{split}.json").write_text(json.dumps(scores, indent=2))
     print(json.dumps({"split": split, **scores}))
     return scores
+
+
+def _frobenius(args: argparse.Namespace) -> dict:
+    """The dense baseline (not resumable): trained, then evaluated on dev and test."""
+    from keras_structured.parsing import tracenorm
+    from keras_structured.parsing.bilinear_features import featurize
+
+    settings = tracenorm.FrobeniusConfig(
+        mu=args.mu,
+        learning_rate=args.learning_rate,
+        steps=args.steps,
+        loss=args.loss,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    train = featurize(_read_split(args.treebank, "train", args.max_train_sentences), args.dim)
+    logdir = pathlib.Path(args.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "treebank": str(args.treebank),
+        "dim": args.dim,
+        "max_train_sentences": args.max_train_sentences,
+        "max_dev_sentences": args.max_dev_sentences,
+        "frobenius": {name: getattr(settings, name) for name in settings.__dataclass_fields__},
+    }
+    (logdir / "config.json").write_text(json.dumps(config, indent=2))
+    try:
+        model, history = tracenorm.train_frobenius(train, settings)
+    except FloatingPointError as error:
+        print(f"Training stopped: {error}", file=sys.stderr)
+        raise SystemExit(1) from error
+    with open(logdir / "progress.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ("step", "objective", "loss", "time"), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(history)
+    del train
+    scores = {}
+    for split in ("dev", "test"):
+        limit = args.max_dev_sentences if split == "dev" else None
+        sentences = featurize(_read_split(args.treebank, split, limit), args.dim)
+        scores[split] = tracenorm.evaluate(model, sentences)
+        (logdir / f"eval_{split}.json").write_text(json.dumps(scores[split], indent=2))
+    last = history[-1] if history else {}
+    final = {
+        "steps": len(history),
+        "objective": last.get("objective"),
+        "loss": last.get("loss"),
+        "num_parameters": model.num_parameters,
+        "dense_parameters": model.num_parameters,
+        "time": last.get("time"),
+        "dev": scores["dev"],
+        "peak_memory_mib": peak_memory_mib(),
+    }
+    (logdir / "final.json").write_text(json.dumps(final, indent=2))
+    print(
+        json.dumps(
+            {"logdir": str(logdir), "dev_uas": scores["dev"]["uas"], "test_uas": scores["test"]["uas"]}
+        )
+    )
+    return final
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -271,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         _train(args, args.C, pathlib.Path(args.logdir))
     elif args.command == "evaluate":
         _evaluate(pathlib.Path(args.logdir), args.split)
+    elif args.command == "frobenius":
+        _frobenius(args)
     else:
         _sweep(args)
     return 0

@@ -448,12 +448,13 @@ def test_cli_help_answers_without_heavy_imports():
     result = subprocess.run(
         [sys.executable, str(CLI), "--help"], capture_output=True, text=True, timeout=60, check=True
     )
-    assert "train" in result.stdout and "sweep" in result.stdout
+    assert "train" in result.stdout and "sweep" in result.stdout and "frobenius" in result.stdout
     result = subprocess.run(
         [sys.executable, str(CLI), "train", "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     for option in ("--treebank", "--C", "--lam", "--steps", "--loss", "--step-rule", "--batch-size", "--dim"):
         assert option in result.stdout
+    assert "--time-limit" in result.stdout
 
 
 @pytest.fixture
@@ -491,3 +492,49 @@ def test_cli_train_evaluate_and_sweep_write_their_files(tiny_treebank, tmp_path,
         assert [float(row["C"]) for row in csv.DictReader(handle)] == [1.0, 4.0]
     assert (sweep / "uas_vs_C.png").is_file() and (sweep / "C_4" / "progress.csv").is_file()
     assert '"split": "test"' in capsys.readouterr().out
+
+
+def _cli_module():
+    sys.path.insert(0, str(CLI.parent))
+    try:
+        import tracenorm_parser
+    finally:
+        sys.path.remove(str(CLI.parent))
+    return tracenorm_parser
+
+
+def test_cli_time_limit_stops_with_a_checkpoint_and_the_same_command_resumes(tiny_treebank, tmp_path, capsys):
+    cli = _cli_module()
+    logdir = tmp_path / "run"
+    command = ["train", "--treebank", str(tiny_treebank), "--steps", "4", "--dim", "16", "--C", "2"]
+    command += ["--checkpoint-every", "10", "--logdir", str(logdir), "--time-limit", "1e-9"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(command) == 0  # the limit passes during the first step
+        assert not (logdir / "final.json").exists() and (logdir / "checkpoint.npz").is_file()
+        assert tn.load_checkpoint(logdir / "checkpoint.npz")[1] == 1
+        assert "Time limit of 1e-09 min reached after step 1 of 4" in capsys.readouterr().err
+        assert cli.main(command[:-2]) == 0  # resumed, no limit
+    with open(logdir / "progress.csv") as handle:
+        assert [int(row["step"]) for row in csv.DictReader(handle)] == [1, 2, 3, 4]
+    final = json.loads((logdir / "final.json").read_text())
+    assert final["steps"] == 4 and final["peak_memory_mib"] > 0
+
+
+def test_cli_frobenius_trains_and_evaluates_the_dense_baseline(tiny_treebank, tmp_path, capsys):
+    cli = _cli_module()
+    logdir = tmp_path / "frobenius"
+    command = ["frobenius", "--treebank", str(tiny_treebank), "--steps", "3", "--dim", "8", "--mu", "1e-3"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main([*command, "--learning-rate", "0.1", "--logdir", str(logdir)]) == 0
+    final = json.loads((logdir / "final.json").read_text())
+    assert final["steps"] == 3 and final["num_parameters"] == 8**2 + NUM_DISTANCE_FEATURES
+    assert final["dev"] == json.loads((logdir / "eval_dev.json").read_text())
+    assert json.loads((logdir / "eval_test.json").read_text())["tokens"] > 0
+    assert json.loads((logdir / "config.json").read_text())["frobenius"]["mu"] == 1e-3
+    with open(logdir / "progress.csv") as handle:
+        assert [row["step"] for row in csv.DictReader(handle)] == ["1", "2", "3"]
+    assert '"test_uas"' in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="is a Frobenius run: it keeps no model"):
+        cli.main(["evaluate", "--logdir", str(logdir), "--split", "test"])
