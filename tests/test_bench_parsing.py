@@ -238,7 +238,7 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     logdir = str(tmp_path / "vi" / "margin_sparsemap" / "lr0.0005" / "seed1")
     train = ["py", "-m", "keras_structured.parsing", "train", "--treebank", str(Path("/ud") / "vi_vtb-2.0")]
     train += ["--loss", "margin_sparsemap", "--learning-rate", "0.0005", "--seed", "1", "--logdir", logdir]
-    train += ["--max-train-sentences", "200", "--epochs", "3", "--quiet"]
+    train += ["--min-epochs", "20", "--max-train-sentences", "200", "--epochs", "3", "--quiet"]
     evaluate = [
         (
             "eval",
@@ -266,6 +266,23 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     finished = bench.RunStatus(finished=True, resumable=True, evaluated=frozenset({"dev"}))
     assert commands(spec, finished, config, Path("/ud"), tmp_path, "py") == evaluate[1:]
     assert commands(spec, done(1.0), config, Path("/ud"), tmp_path, "py") == []
+
+
+def test_a_run_stopped_early_before_min_epochs_is_extended(tmp_path):
+    logdir = fake_run(tmp_path, "vi", "crf", 0.002, 0)
+    assert bench.read_status(logdir).finished  # ran all its epochs
+    final = json.loads((logdir / "final.json").read_text())
+    (logdir / "final.json").write_text(json.dumps({**final, "stopped_early": True}))
+    status = bench.read_status(logdir)
+    assert not status.finished and status.resumable
+    steps = bench.run_commands(
+        bench.RunSpec("vi", "crf", 0.002, 0), status, bench.SuiteConfig(), Path("/ud"), tmp_path
+    )
+    assert [kind for kind, _ in steps] == ["train", "eval", "eval"]
+    assert "--resume" in steps[0][1] and "--min-epochs" in steps[0][1]
+    config = json.loads((logdir / "config.json").read_text())
+    (logdir / "config.json").write_text(json.dumps({**config, "min_epochs": bench.MIN_EPOCHS}))
+    assert bench.read_status(logdir).finished  # already trained under the suite's rule
 
 
 def test_scan_statuses_reads_the_logdirs(tmp_path):
@@ -313,7 +330,8 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     logdir = f"{root}/vi/sparsemap/lr0.002/seed0"
     assert lines[0] == (
         f"{py} -m keras_structured.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
-        f"--learning-rate 0.002 --seed 0 --logdir {logdir} --max-train-sentences 200 --epochs 3 --quiet"
+        f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs 20 "
+        "--max-train-sentences 200 --epochs 3 --quiet"
     )
     assert lines[1] == f"{py} -m keras_structured.parsing evaluate --logdir {logdir} --split dev --json"
     assert lines[2].endswith("--split test --json") and "--loss crf" in lines[3]

@@ -16,7 +16,7 @@ from keras_structured.parsing.batching import make_dataset
 from keras_structured.parsing.conllu_reader import read_conllu
 from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import ArcScorer, build_parser, make_loss
-from keras_structured.parsing.training import decode, predict_scores, sparse_trees
+from keras_structured.parsing.training import ParserConfig, _finished, decode, predict_scores, sparse_trees
 from keras_structured.parsing.vocabulary import Vocabulary
 from tests.layer_checks import check_layer
 
@@ -155,6 +155,14 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys):
         np.testing.assert_allclose(float(a["dev_uas"]), float(b["dev_uas"]), atol=1e-9)
     final = json.loads((tmp_path / "parts" / "final.json").read_text())
     assert final["epochs_run"] == 3 and final["finished"]
+    # A finished run resumed with a larger budget is extended into the longer run.
+    main(_arguments(treebank, tmp_path / "short", "--epochs", "2"))
+    assert json.loads((tmp_path / "short" / "final.json").read_text())["epochs_run"] == 2
+    main(_arguments(treebank, tmp_path / "short", "--resume", "--epochs", "3"))
+    extended = _progress(tmp_path / "short")
+    assert [row["loss"] for row in extended] == [row["loss"] for row in parts]
+    assert json.loads((tmp_path / "short" / "config.json").read_text())["epochs"] == 3
+    assert json.loads((tmp_path / "short" / "final.json").read_text())["epochs_run"] == 3
     capsys.readouterr()
     main(["evaluate", "--logdir", str(tmp_path / "parts"), "--split", "test", "--json"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -171,6 +179,8 @@ def test_runs_are_never_mixed(tmp_path):
         main(_arguments(treebank, logdir))
     with pytest.raises(ValueError, match=r"learning_rate.*Received: logdir="):
         main(_arguments(treebank, logdir, "--resume") + ["--learning-rate", "1e-3"])
+    with pytest.raises(ValueError, match=r"'epochs': \(3, 2\).*Received: logdir="):
+        main(_arguments(treebank, logdir, "--resume", "--epochs", "2"))  # a budget only grows
     with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
         main(_arguments(treebank, tmp_path / "empty", "--resume"))
     with pytest.raises(FileNotFoundError, match="missing"):
@@ -190,3 +200,12 @@ def test_sparse_trees_are_few_and_sum_to_one_on_a_trained_model(tmp_path):
         weights = [weight for _, weight in support]
         assert weights == sorted(weights, reverse=True) and abs(sum(weights) - 1) < 1e-9
         assert all(heads.shape == (sentence.length + 1,) and heads[0] == -1 for heads, _ in support)
+
+
+@pytest.mark.parametrize(
+    "epoch, bad_epochs, finished",
+    [(2, 5, False), (4, 5, True), (4, 4, False), (10, 0, True)],
+)
+def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, finished):
+    config = ParserConfig(treebank="unused", epochs=10, patience=5, min_epochs=4)
+    assert _finished(config, {"epoch": epoch, "bad_epochs": bad_epochs}) is finished

@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--patience", type=int, default=5, help="epochs without a better dev UAS before stopping"
     )
+    train.add_argument(
+        "--min-epochs", type=int, default=1, help="epochs run before early stopping may stop training"
+    )
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument(
         "--max-length", type=int, default=100, help="longer training sentences are left out (and counted)"
