@@ -39,6 +39,11 @@ from keras_structured.parsing.vocabulary import Vocabulary
 
 # Files that make a directory hold a run (other files, such as a runner's logs, may sit beside them).
 _RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
+#: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
+#: paper's parser decodes with 100). Trained models need a few; near-uniform scores (an untrained
+#: model, or one collapsed onto the hinge loss's plateau) would need thousands, at a cost that
+#: grows with the square of the support: such sentences are counted as unfinished instead.
+SPARSITY_MAX_ITER = 100
 # Settings a resumed run may increase: they extend its training budget.
 _BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
 PROGRESS_COLUMNS = (
@@ -149,14 +154,25 @@ def decode(scores: Sequence[np.ndarray], single_root: bool = False, chunk: int =
     return heads
 
 
-def sparse_trees(scores: Sequence[np.ndarray], single_root: bool = False, chunk: int = 64):
+def sparse_trees(
+    scores: Sequence[np.ndarray],
+    single_root: bool = False,
+    chunk: int = 64,
+    max_iter: int = SPARSITY_MAX_ITER,
+):
     """The trees SparseMAP puts weight on, per sentence.
+
+    Args:
+        scores: per sentence, its ``(n + 1, n + 1)`` arc scores.
+        single_root: trees with exactly one word attached to the root.
+        chunk: sentences solved per batched call.
+        max_iter: the solver's MAP calls per sentence (:data:`SPARSITY_MAX_ITER`).
 
     Returns:
         ``(supports, converged)``: per sentence a list ``[(heads, weight), ...]`` sorted by
         weight, descending, and a boolean array: whether the solver finished (near-uniform
-        scores, as an untrained model gives, can need more than its ``max_iter`` MAP calls;
-        their supports are then incomplete, and counted rather than warned about).
+        scores, as an untrained or collapsed model gives, can need more than ``max_iter``
+        MAP calls; their supports are then incomplete, and counted rather than warned about).
     """
     structure = DependencyTreeStructure(single_root=single_root)
     result, converged = [], []
@@ -164,7 +180,7 @@ def sparse_trees(scores: Sequence[np.ndarray], single_root: bool = False, chunk:
         padded, lengths = _padded(scores[start : start + chunk])
         with warnings.catch_warnings():  # near-uniform scores of an untrained model: counted instead
             warnings.simplefilter("ignore", SparseMAPConvergenceWarning)
-            solution = solve(structure, padded, lengths=lengths)
+            solution = solve(structure, padded, lengths=lengths, max_iter=max_iter)
         converged.extend(solution.converged)
         for codes, weights, n in zip(solution.structures, solution.weights, lengths, strict=True):
             order = np.argsort(-weights)
