@@ -49,7 +49,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -58,7 +57,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_rl import _fmt, _log, _read_json, _write_json, read_progress, subprocess_env
+from bench_rl import (
+    _float,
+    _fmt,
+    _log,
+    _read_json,
+    _write_json,
+    parse_eval_output,
+    read_progress,
+    run_training,
+    subprocess_env,
+)
 
 #: Language code -> treebank folder under the data directory.
 LANGUAGES = {
@@ -415,14 +424,6 @@ def read_status(logdir: Path) -> RunStatus:
     )
 
 
-def _float(value: Any) -> float:
-    """``float(value)``, NaN for None or junk."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
     """The run of ``{root}/{lang}/{loss}/lr{lr}/seed{S}``, or None for any other path."""
     try:
@@ -513,39 +514,6 @@ def run_commands(
     return steps
 
 
-def parse_eval_output(stdout: str) -> dict[str, Any]:
-    """The last JSON line of ``evaluate --json`` output holding ``uas``."""
-    for line in reversed(stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "uas" in data:
-            return data
-    raise ValueError("no JSON line with 'uas' in the evaluation output")
-
-
-def _train(argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str]) -> int:
-    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
-    exit status. ``state`` (``bench_state.json``) accumulates the wall time and the sessions."""
-    if "--resume" not in argv and logdir.exists():
-        shutil.rmtree(logdir)  # partial run without a checkpoint: start afresh
-    for split in SPLITS:  # evaluations of a run being trained (extended) are stale
-        (logdir / f"eval_{split}.json").unlink(missing_ok=True)
-    logdir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(logdir / TRAIN_LOG, "a") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    state.update(
-        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
-        sessions=state["sessions"] + 1,
-        last_exit=code,
-        threads=int(env.get("OMP_NUM_THREADS", 0)),
-    )
-    _write_json(logdir / STATE_FILE, state)
-    return code
-
-
 def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
     """Bring one run to completion (train or resume, then evaluate dev and test); ``True`` on success.
 
@@ -560,13 +528,15 @@ def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dic
     for kind, argv in run_commands(spec, status, config, data, root):
         if kind == "train":
             _log(f"{'resume' if '--resume' in argv else 'train'} {spec.name}")
-            code = _train([*argv, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
+            argv = [*argv, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"]
+            code = run_training(argv, logdir, state, env, fresh="--resume" not in argv)
             # Each process stops starting epochs after TIME_LIMIT_MINUTES (a checkpoint, no
             # final.json): long runs go on in fresh processes, each well under an hour.
             while code == 0 and not (logdir / FINAL_FILE).is_file() and read_status(logdir).resumable:
                 _log(f"resume {spec.name} (time limit of the last process)")
                 resume = train_command(spec, config, data, root, resume=True)
-                code = _train([*resume, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
+                resume += ["--time-limit", f"{TIME_LIMIT_MINUTES:g}"]
+                code = run_training(resume, logdir, state, env, fresh=False)
             if code != 0 or not (logdir / FINAL_FILE).is_file():
                 _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
                 return False
@@ -579,7 +549,7 @@ def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dic
             target = logdir / f"eval_{split}.json"
             if not target.is_file():  # the CLI writes it; fall back on its JSON line
                 try:
-                    _write_json(target, parse_eval_output(proc.stdout))
+                    _write_json(target, parse_eval_output(proc.stdout, key="uas"))
                 except ValueError:
                     _log(f"FAILED evaluating {spec.name} on {split} (exit {proc.returncode})")
                     return False

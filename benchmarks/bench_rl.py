@@ -229,16 +229,49 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def parse_eval_output(stdout: str) -> dict[str, Any]:
-    """The last JSON line of ``rl evaluate --json`` output holding ``deterministic_mean``."""
+def parse_eval_output(stdout: str, key: str = "deterministic_mean") -> dict[str, Any]:
+    """The last JSON line of an ``evaluate`` command's output holding ``key``."""
     for line in reversed(stdout.splitlines()):
         try:
             data = json.loads(line)
         except ValueError:
             continue
-        if isinstance(data, dict) and "deterministic_mean" in data:
+        if isinstance(data, dict) and key in data:
             return data
-    raise ValueError("no JSON line with 'deterministic_mean' in the evaluation output")
+    raise ValueError(f"no JSON line with {key!r} in the evaluation output")
+
+
+def _float(value: Any) -> float:
+    """``float(value)``, NaN for None or junk."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def run_training(
+    argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str], fresh: bool
+) -> int:
+    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
+    exit status. ``fresh``: a partial run without a checkpoint, removed first. Evaluations in
+    ``logdir`` belong to an earlier model and are removed. ``state`` (``bench_state.json``)
+    accumulates the wall time and the sessions."""
+    if fresh and logdir.exists():
+        shutil.rmtree(logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    for stale in logdir.glob("eval_*.json"):
+        stale.unlink()
+    start = time.perf_counter()
+    with open(logdir / "bench_train.log", "a") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    state.update(
+        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
+        sessions=state["sessions"] + 1,
+        last_exit=code,
+        threads=int(env.get("OMP_NUM_THREADS", 0)),
+    )
+    _write_json(logdir / STATE_FILE, state)
+    return code
 
 
 def subprocess_env(threads: int) -> dict[str, str]:

@@ -91,11 +91,9 @@ import argparse
 import concurrent.futures
 import dataclasses
 import importlib.util
-import json
 import math
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -104,7 +102,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_rl import _fmt, _log, _read_json, _write_json, read_progress, subprocess_env
+from bench_rl import (
+    _float,
+    _fmt,
+    _log,
+    _read_json,
+    _write_json,
+    parse_eval_output,
+    read_progress,
+    run_training,
+    subprocess_env,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tracenorm_parser.py"
@@ -447,14 +455,6 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
 # ---------------------------------------------------------------------------------------------- disk
 
 
-def _float(value: Any) -> float:
-    """``float(value)``, NaN for None or junk."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def read_status(logdir: Path) -> RunStatus:
     """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint.npz``, ``eval_*.json``."""
     final = _read_json(logdir / FINAL_FILE)
@@ -568,37 +568,6 @@ def run_commands(
     return steps
 
 
-def parse_eval_output(stdout: str) -> dict[str, Any]:
-    """The last JSON line of ``evaluate``'s output holding ``uas``."""
-    for line in reversed(stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "uas" in data:
-            return data
-    raise ValueError("no JSON line with 'uas' in the evaluation output")
-
-
-def _train(argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str], fresh: bool) -> int:
-    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
-    exit status. ``state`` (``bench_state.json``) accumulates the wall time and the sessions."""
-    if fresh and logdir.exists():
-        shutil.rmtree(logdir)  # a partial run without a checkpoint: start afresh
-    logdir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(logdir / TRAIN_LOG, "a") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    state.update(
-        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
-        sessions=state["sessions"] + 1,
-        last_exit=code,
-        threads=int(env.get("OMP_NUM_THREADS", 0)),
-    )
-    _write_json(logdir / STATE_FILE, state)
-    return code
-
-
 def execute(
     spec: RunSpec,
     protocol: Protocol,
@@ -623,7 +592,7 @@ def execute(
         if kind == "train":
             fresh = not (status.resumable and spec.resumable)
             _log(f"{'train' if fresh else 'resume'} {spec.name}")
-            code = _train(argv, logdir, state, env, fresh)
+            code = run_training(argv, logdir, state, env, fresh)
             while (
                 code == 0
                 and spec.resumable
@@ -631,7 +600,7 @@ def execute(
                 and read_status(logdir).resumable
             ):
                 _log(f"resume {spec.name} (time limit of the last process)")
-                code = _train(argv, logdir, state, env, fresh=False)
+                code = run_training(argv, logdir, state, env, fresh=False)
             if code != 0 or not (logdir / FINAL_FILE).is_file():
                 _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
                 return False
@@ -644,7 +613,7 @@ def execute(
             target = logdir / f"eval_{split}.json"
             if not target.is_file():  # the CLI writes it; fall back on its JSON line
                 try:
-                    _write_json(target, parse_eval_output(proc.stdout))
+                    _write_json(target, parse_eval_output(proc.stdout, key="uas"))
                 except ValueError:
                     _log(f"FAILED evaluating {spec.name} on {split} (exit {proc.returncode})")
                     return False
