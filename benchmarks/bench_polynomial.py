@@ -1,7 +1,7 @@
 """Cost of conditional-gradient training of polynomial networks on sparse one-hot features.
 
 Measured on MovieLens 100K (all 100,000 ratings as the sparse one-hot rows of
-``examples/polynomial_data.py``: 2,674 columns, 6-11 non-zeros a row), for every number of
+``examples/_common/polynomial_data.py``: 2,674 columns, 6-11 non-zeros a row), for every number of
 ratings ``n`` in ``--sizes`` (a seeded subsample):
 
 * **time per iteration**: the wall time of ``OrdinalPolynomialNetwork(penalty="l1/l2",
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
-from polynomial_common import add_common_arguments, int_list, log, markdown_table, subsample, write_csv  # noqa: E402
-from polynomial_data import load_movielens  # noqa: E402
+from _common.experiments import add_common_arguments, int_list, log, markdown_table, subsample, write_csv  # noqa: E402
+from _common.polynomial_data import load_movielens  # noqa: E402
 
 from keras_structured.polynomial.conditional_gradient import check_features  # noqa: E402
 from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402

@@ -33,6 +33,33 @@ import os
 import time
 from pathlib import Path
 
+from _common.cli import DEFAULT_DATA_DIR, make_parser
+
+DEFAULT_DATA = DEFAULT_DATA_DIR / "multiclass" / "satellite.csv"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to satellite.csv")
+    parser.add_argument("--epochs", type=int, default=60, help="training epochs of every model")
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights and batching")
+    parser.add_argument("--batch-size", type=int, default=64, help="Adam batch size")
+    parser.add_argument("--hidden", type=int, default=128, help="width of the two hidden layers")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
+    parser.add_argument(
+        "--entropy-fraction", type=float, default=0.1, help="bound = fraction * log K (must be in [0, 1))"
+    )
+    parser.add_argument("--beta", type=float, default=0.1, help="confidence-penalty weight (model b)")
+    parser.add_argument(
+        "--margin", type=float, default=1e-3, help="projection margin (keeps outputs strictly feasible)"
+    )
+    parser.add_argument("--max-train", type=int, default=None, help="use only the first N training rows")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
@@ -41,7 +68,6 @@ import tensorflow as tf  # noqa: E402
 
 from keras_structured.projections import EntropyLowerBound, InterpolationProjection  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multiclass/satellite.csv"
 NUM_TRAIN = 4435
 
 
@@ -121,25 +147,6 @@ def evaluate(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
         "mean_entropy": float(ent.mean()),
         "min_entropy": float(ent.min()),
     }
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="path to satellite.csv")
-    parser.add_argument("--epochs", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=128, help="width of the two hidden layers")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument(
-        "--entropy-fraction", type=float, default=0.1, help="bound = fraction * log K (must be in [0, 1))"
-    )
-    parser.add_argument("--beta", type=float, default=0.1, help="confidence-penalty weight (model b)")
-    parser.add_argument(
-        "--margin", type=float, default=1e-3, help="projection margin (keeps outputs strictly feasible)"
-    )
-    parser.add_argument("--max-train", type=int, default=None, help="use only the first N training rows")
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:

@@ -34,6 +34,30 @@ import argparse
 import os
 import time
 
+from _common.cli import make_parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=100, help="training epochs of every model")
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights and batching")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 80/20 train/test split")
+    parser.add_argument(
+        "--quantiles", type=float, nargs="+", default=[0.1, 0.25, 0.5, 0.75, 0.9], help="increasing levels"
+    )
+    parser.add_argument("--batch-size", type=int, default=32, help="Adam batch size")
+    parser.add_argument("--hidden", type=int, default=32, help="width of the two hidden layers")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
+    parser.add_argument(
+        "--margin", type=float, default=1e-3, help="projection margin (keeps outputs strictly ordered)"
+    )
+    parser.add_argument("--max-train", type=int, default=None, help="use only the first N training rows")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
@@ -104,24 +128,6 @@ def evaluate(y: np.ndarray, q: np.ndarray, quantiles: list[float]) -> dict[str, 
         "crossing_rate": float(crossing.mean()),
         "coverage": float(coverage),
     }
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0, help="seed for weights and batching")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 80/20 train/test split")
-    parser.add_argument(
-        "--quantiles", type=float, nargs="+", default=[0.1, 0.25, 0.5, 0.75, 0.9], help="increasing levels"
-    )
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--hidden", type=int, default=32, help="width of the two hidden layers")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument(
-        "--margin", type=float, default=1e-3, help="projection margin (keeps outputs strictly ordered)"
-    )
-    parser.add_argument("--max-train", type=int, default=None, help="use only the first N training rows")
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, object]]:

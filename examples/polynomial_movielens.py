@@ -1,7 +1,7 @@
 """MovieLens 100K: ordinal multi-output polynomial network against single-output PN and FM.
 
 Measured, on a seeded 80/20 random split of the 100,000 ratings with the sparse one-hot
-features of ``polynomial_data.load_movielens`` (user id, item id, age bucket, gender,
+features of ``_common.polynomial_data.load_movielens`` (user id, item id, age bucket, gender,
 occupation, item genres: 2,674 columns), the test RMSE and nDCG@10 of these models, for
 every budget ``k`` (``--budgets``: basis vectors for the networks, rank for the FM):
 
@@ -45,12 +45,8 @@ import time
 import warnings
 from collections.abc import Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-from polynomial_common import (  # noqa: E402
+from _common.cli import make_parser
+from _common.experiments import (
     add_common_arguments,
     float_list,
     holdout,
@@ -60,7 +56,46 @@ from polynomial_common import (  # noqa: E402
     subsample,
     write_csv,
 )
-from polynomial_data import RatingSplit, load_movielens  # noqa: E402
+
+CG_METHODS = ("ordinal l1/l2", "pn regressor")
+METHODS = ("mean", *CG_METHODS, "fm adam")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__)
+    add_common_arguments(parser, out="runs/polynomial_movielens.csv")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    parser.add_argument("--budgets", type=int_list, default=[5, 10, 20, 40], help="basis vectors / FM rank k")
+    parser.add_argument("--taus", type=float_list, default=[3.0, 10.0, 30.0, 100.0], help="tau grid")
+    parser.add_argument("--select-budget", type=int, default=10, help="budget k at which tau is chosen")
+    parser.add_argument("--max-train", type=int, default=None, help="seeded subset of the training ratings")
+    parser.add_argument("--max-test", type=int, default=None, help="seeded subset of the test ratings")
+    parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
+    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
+    parser.add_argument("--fm-epochs", type=int, default=30, help="maximum Adam epochs of the FM")
+    parser.add_argument("--fm-lr", type=float, default=1e-3, help="Adam learning rate of the FM")
+    parser.add_argument(
+        "--fm-l2", type=float, default=1e-5, help="L2 factor on the FM basis and linear weights"
+    )
+    parser.add_argument("--batch-size", type=int, default=256, help="Adam batch size of the FM")
+    args = parser.parse_args(argv)
+    args.methods = args.methods.split(",")
+    if set(args.methods) - set(METHODS):
+        parser.error(
+            f"unknown methods {sorted(set(args.methods) - set(METHODS))}; choose from {list(METHODS)}"
+        )
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+from _common.polynomial_data import RatingSplit, load_movielens  # noqa: E402
 
 from keras_structured.polynomial import FactorizationMachine  # noqa: E402
 from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
@@ -68,9 +103,6 @@ from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
     PolynomialNetworkRegressor,
 )
 from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402
-
-CG_METHODS = ("ordinal l1/l2", "pn regressor")
-METHODS = ("mean", *CG_METHODS, "fm adam")
 
 
 def ndcg_at(users: np.ndarray, ratings: np.ndarray, scores: np.ndarray, cutoff: int = 10) -> float:
@@ -244,30 +276,7 @@ def run(data: RatingSplit, args: argparse.Namespace) -> list[dict]:
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Runs the experiment; returns the result rows (also written to ``--out``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_common_arguments(parser, out="runs/polynomial_movielens.csv")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated (default: all)")
-    parser.add_argument("--budgets", type=int_list, default=[5, 10, 20, 40], help="basis vectors / FM rank k")
-    parser.add_argument("--taus", type=float_list, default=[3.0, 10.0, 30.0, 100.0], help="tau grid")
-    parser.add_argument("--select-budget", type=int, default=10, help="budget k at which tau is chosen")
-    parser.add_argument("--max-train", type=int, default=None, help="seeded subset of the training ratings")
-    parser.add_argument("--max-test", type=int, default=None, help="seeded subset of the test ratings")
-    parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
-    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
-    parser.add_argument("--fm-epochs", type=int, default=30, help="maximum Adam epochs of the FM")
-    parser.add_argument("--fm-lr", type=float, default=1e-3, help="Adam learning rate of the FM")
-    parser.add_argument(
-        "--fm-l2", type=float, default=1e-5, help="L2 factor on the FM basis and linear weights"
-    )
-    parser.add_argument("--batch-size", type=int, default=256, help="Adam batch size of the FM")
-    args = parser.parse_args(argv)
-    args.methods = args.methods.split(",")
-    if set(args.methods) - set(METHODS):
-        parser.error(
-            f"unknown methods {sorted(set(args.methods) - set(METHODS))}; choose from {list(METHODS)}"
-        )
+    args = parse_args(argv)
     warnings.filterwarnings("ignore", category=ConvergenceWarning)
     data = load_movielens(args.data_dir, split_seed=args.seed)
     train = subsample(len(data.y_train), args.max_train, args.seed)

@@ -1,6 +1,6 @@
 """Multi-class polynomial networks: test accuracy against the number of basis vectors.
 
-Measured, on each multi-class set (splits and standardisation: ``polynomial_data.py``), the
+Measured, on each multi-class set (splits and standardisation: ``_common/polynomial_data.py``), the
 test accuracy of these models as a function of the budget ``k`` (``--budgets``), the number
 of basis vectors (hidden units) of the whole model:
 
@@ -47,11 +47,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from polynomial_common import (  # noqa: E402
+from _common.cli import make_parser
+from _common.experiments import (
     add_common_arguments,
     float_list,
     holdout,
@@ -61,7 +58,57 @@ from polynomial_common import (  # noqa: E402
     subsample,
     write_csv,
 )
-from polynomial_data import MULTICLASS_DATASETS, MulticlassSplit, load_multiclass  # noqa: E402
+from _common.polynomial_data import MULTICLASS_DATASETS, MulticlassSplit, load_multiclass
+
+CG_PENALTIES = ("l1/l2", "l1/linf", "l1")
+BUDGET_METHODS = (*(f"cg {penalty}" for penalty in CG_PENALTIES), "ovr l1", "sgd")
+SVM = "svm poly2"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__)
+    add_common_arguments(parser, out="runs/polynomial_multiclass.csv")
+    parser.add_argument("--datasets", default=",".join(MULTICLASS_DATASETS), help="comma-separated")
+    parser.add_argument("--methods", default=",".join((*BUDGET_METHODS, SVM)), help="comma-separated")
+    parser.add_argument(
+        "--budgets", type=int_list, default=[5, 10, 20, 40, 80], help="basis vector budgets k"
+    )
+    parser.add_argument("--taus", type=float_list, default=[10.0, 100.0, 1000.0], help="tau grid")
+    parser.add_argument("--svm-cs", type=float_list, default=[0.1, 1.0, 10.0, 100.0], help="SVM C grid")
+    parser.add_argument("--select-budget", type=int, default=10, help="budget k at which tau is chosen")
+    parser.add_argument(
+        "--val-fraction", type=float, default=0.2, help="validation share of the training rows"
+    )
+    parser.add_argument(
+        "--max-train", type=int, default=None, help="use a seeded subset of the training rows"
+    )
+    parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
+    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
+    parser.add_argument("--epochs", type=int, default=60, help="Adam epochs of the sgd model")
+    parser.add_argument("--batch-size", type=int, default=64, help="Adam batch size of the sgd model")
+    parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate of the sgd model")
+    parser.add_argument(
+        "--within", type=float, default=0.01, help="accuracy tolerance of the size comparison"
+    )
+    parser.add_argument("--plot", type=Path, default=None, help="optional PNG of accuracy against k")
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", default=None, help="run nothing: tabulate (and plot) these CSVs"
+    )
+    args = parser.parse_args(argv)
+    args.methods = args.methods.split(",")
+    unknown = set(args.methods) - {*BUDGET_METHODS, SVM}
+    if unknown:
+        parser.error(f"unknown methods {sorted(unknown)}; choose from {[*BUDGET_METHODS, SVM]}")
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 from keras_structured.polynomial import PolynomialNetwork  # noqa: E402
 from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
@@ -69,10 +116,6 @@ from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
     PolynomialNetworkClassifier,
 )
 from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402
-
-CG_PENALTIES = ("l1/l2", "l1/linf", "l1")
-BUDGET_METHODS = (*(f"cg {penalty}" for penalty in CG_PENALTIES), "ovr l1", "sgd")
-SVM = "svm poly2"
 
 
 def _cg_kwargs(args: argparse.Namespace, budget: int) -> dict:
@@ -338,45 +381,7 @@ def plot(rows: Sequence[dict], path: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> list[dict]:
     """Runs the experiment; returns the result rows (also written to ``--out``)."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    add_common_arguments(parser, out="runs/polynomial_multiclass.csv")
-    parser.add_argument(
-        "--datasets", default=",".join(MULTICLASS_DATASETS), help="comma-separated (default: all)"
-    )
-    parser.add_argument(
-        "--methods", default=",".join((*BUDGET_METHODS, SVM)), help="comma-separated (default: all)"
-    )
-    parser.add_argument(
-        "--budgets", type=int_list, default=[5, 10, 20, 40, 80], help="basis vector budgets k"
-    )
-    parser.add_argument("--taus", type=float_list, default=[10.0, 100.0, 1000.0], help="tau grid")
-    parser.add_argument("--svm-cs", type=float_list, default=[0.1, 1.0, 10.0, 100.0], help="SVM C grid")
-    parser.add_argument("--select-budget", type=int, default=10, help="budget k at which tau is chosen")
-    parser.add_argument(
-        "--val-fraction", type=float, default=0.2, help="validation share of the training rows"
-    )
-    parser.add_argument(
-        "--max-train", type=int, default=None, help="use a seeded subset of the training rows"
-    )
-    parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
-    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
-    parser.add_argument("--epochs", type=int, default=60, help="Adam epochs of the sgd model")
-    parser.add_argument("--batch-size", type=int, default=64, help="Adam batch size of the sgd model")
-    parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate of the sgd model")
-    parser.add_argument(
-        "--within", type=float, default=0.01, help="accuracy tolerance of the size comparison"
-    )
-    parser.add_argument("--plot", type=Path, default=None, help="optional PNG of accuracy against k")
-    parser.add_argument(
-        "--summarize", type=Path, nargs="+", default=None, help="run nothing: tabulate (and plot) these CSVs"
-    )
-    args = parser.parse_args(argv)
-    args.methods = args.methods.split(",")
-    unknown = set(args.methods) - {*BUDGET_METHODS, SVM}
-    if unknown:
-        parser.error(f"unknown methods {sorted(unknown)}; choose from {[*BUDGET_METHODS, SVM]}")
+    args = parse_args(argv)
     warnings.filterwarnings("ignore", category=ConvergenceWarning)
     rows = read_rows(args.summarize) if args.summarize else []
     for name in [] if args.summarize else args.datasets.split(","):

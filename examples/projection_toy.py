@@ -21,6 +21,22 @@ from __future__ import annotations
 import argparse
 import os
 
+from _common.cli import make_parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=10000, help="largest iteration budget K")
+    parser.add_argument("--out-dir", default=os.path.join("runs", "projection_toy"), help="where PNGs go")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error(f"--steps must be >= 2. Received: {args.steps}")
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import matplotlib  # noqa: E402
@@ -167,14 +183,7 @@ def plot(problem: dict, result: dict, budgets: list[int], out_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=10000, help="largest iteration budget K (default 10000)")
-    parser.add_argument("--out-dir", default=os.path.join("runs", "projection_toy"), help="where PNGs go")
-    args = parser.parse_args(argv)
-    if args.steps < 2:
-        parser.error(f"--steps must be >= 2. Received: {args.steps}")
+    args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
     budgets = sorted({int(round(k)) for k in np.geomspace(min(10, args.steps), args.steps, 7)})
     for problem in problems():

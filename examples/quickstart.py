@@ -13,6 +13,24 @@ from __future__ import annotations
 import argparse
 import os
 
+from _common.cli import make_parser
+
+TAGS = ["DET", "NOUN", "VERB", "ADJ", "ADV", "PRON"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = make_parser(__doc__)
+    parser.add_argument("--seed", type=int, default=0, help="random seed for the scores")
+    parser.add_argument("--length", type=int, default=6, help="sentence length")
+    parser.add_argument(
+        "--labels", type=int, default=3, choices=range(1, len(TAGS) + 1), help="number of tags"
+    )
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad arguments answer here, before TensorFlow is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -20,8 +38,6 @@ import tensorflow as tf  # noqa: E402
 
 import keras_structured as ks  # noqa: E402
 from keras_structured.engine import DependencyTreeStructure, MatchingStructure  # noqa: E402
-
-TAGS = ["DET", "NOUN", "VERB", "ADJ", "ADV", "PRON"]
 
 
 def show_sparsemax() -> None:
@@ -95,16 +111,8 @@ def _active(info):
     return [(weights[i], structures[i]) for i in order if weights[i] > 0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed for the scores")
-    parser.add_argument("--length", type=int, default=6, help="sentence length")
-    parser.add_argument(
-        "--labels", type=int, default=3, choices=range(1, len(TAGS) + 1), help="number of tags"
-    )
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     show_sparsemax()
     show_sparsemap(args.seed, args.length, args.labels)
     show_trees(args.seed)

@@ -1,8 +1,10 @@
 """keras-structured: Keras layers whose outputs obey structure and convex constraints."""
 
 from keras_structured import engine, ops, polynomial, projections
+from keras_structured._registration import register_string_identifiers
 from keras_structured.engine import SolverOptions
 from keras_structured.layers import (
+    SequenceScores,
     SparseMAP,
     SparseMAPBudget,
     SparseMAPDependencyTree,
@@ -31,6 +33,31 @@ from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
 
 __version__ = "0.1.0"
 
+register_string_identifiers(
+    layers=(
+        Sparsemax,
+        SparseMAP,
+        SparseMAPSequence,
+        SparseMAPDependencyTree,
+        SparseMAPMatching,
+        SparseMAPBudget,
+        SequenceScores,
+        PolynomialNetwork,
+        FactorizationMachine,
+        projections.InterpolationProjection,
+        projections.GaussianProjection,
+    ),
+    losses=(
+        SparsemaxLoss,
+        SparseMAPLoss,
+        MarginSparseMAPLoss,
+        StructuredHingeLoss,
+        StructuredPerceptronLoss,
+        LinearChainCRFLoss,
+        TreeCRFLoss,
+    ),
+)
+
 __all__ = [
     "FactorizationMachine",
     "PolynomialNetwork",
@@ -47,6 +74,7 @@ __all__ = [
     "SparseMAPDependencyTree",
     "SparseMAPMatching",
     "SparseMAPSequence",
+    "SequenceScores",
     "SolverOptions",
     "Sparsemax",
     "SparsemaxLoss",

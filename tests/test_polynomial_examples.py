@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "benchmarks")]
 import bench_polynomial  # noqa: E402
 import polynomial_movielens  # noqa: E402
 import polynomial_multiclass  # noqa: E402
-from polynomial_data import MULTICLASS_DATASETS, load_movielens, load_multiclass  # noqa: E402
+from _common.polynomial_data import MULTICLASS_DATASETS, load_movielens, load_multiclass  # noqa: E402
 
 SPLIT_SIZES = {
     "satellite": (4435, 2000, 36, 6),

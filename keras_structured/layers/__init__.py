@@ -1,5 +1,6 @@
 """Keras layers."""
 
+from keras_structured.layers.sequence_scores import SequenceScores
 from keras_structured.layers.sparsemap_layers import (
     SparseMAP,
     SparseMAPBudget,
@@ -15,5 +16,6 @@ __all__ = [
     "SparseMAPDependencyTree",
     "SparseMAPMatching",
     "SparseMAPSequence",
+    "SequenceScores",
     "Sparsemax",
 ]

@@ -7,7 +7,10 @@ Each layer solves, for every example,
 over the marginal polytope ``M`` of its structure and returns the unary
 marginals ``u`` (a sparse combination of a few structures), differentiable with
 the closed-form SparseMAP Jacobian. The MAP oracles run in Python, so the
-layers set ``supports_jit = False``.
+layers set ``supports_jit = False``: ``model.compile(jit_compile=True)`` falls back to
+``jit_compile=False`` with one Keras warning, and a call inside a hand-written
+``tf.function(jit_compile=True)`` raises a ``ValueError`` naming the layer
+(:mod:`keras_structured.ops.xla`).
 """
 
 from __future__ import annotations
@@ -26,14 +29,11 @@ from keras_structured.engine import (
     structure_to_config,
 )
 from keras_structured.engine.options import SolverSettings, resolve_options
+from keras_structured.layers._masks import check_position_mask, lengths_from_mask
+from keras_structured.layers.sequence_scores import SequenceWeights
+from keras_structured.ops.sequence_scores import unpack_sequence_scores
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
-
-
-def _lengths_from_mask(mask, offset: int = 0):
-    """Lengths of right-padded inputs from a ``(batch, n)`` Keras mask."""
-    if mask is None:
-        return None
-    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1) - offset
+from keras_structured.ops.xla import LAYER_FIX, refuse_xla
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -62,6 +62,20 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         inputs: ``eta_u`` ``(batch, *u_shape)``, or a list ``[eta_u, eta_v]``.
         lengths: optional integer sizes of padded inputs (see the structure).
         mask: optional Keras mask; structures that know how turn it into lengths.
+            It is passed on to the next layer.
+
+    Returns:
+        The unary marginals ``u``, shape and dtype of ``eta_u`` (float16 under
+        ``mixed_float16``; the solver runs in float32 or float64); with
+        ``return_structures=True``, a dict with ``u``, ``v``, ``weights`` and
+        ``structures``.
+
+    Raises:
+        ValueError: at construction, for a structure that is not one or bad solver
+            settings; at call time, for inputs or a mask of the wrong shape, or a call
+            inside ``tf.function(jit_compile=True)`` (the MAP oracle runs in Python).
+        tf.errors.InvalidArgumentError: at run time, for NaN or ``+inf`` scores, bad
+            lengths, or ``-inf`` scores that rule out every structure.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -102,7 +116,8 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
     def _solver_options(self) -> dict:
         return dict(options=self.options, return_info=self.return_structures)
 
-    def _lengths(self, mask):
+    def _lengths(self, mask, inputs):
+        """Lengths from a Keras mask, for structures that read them (None: the mask is not used)."""
         return None
 
     def _split(self, inputs):
@@ -113,11 +128,12 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         return inputs, None
 
     def call(self, inputs, lengths=None, mask=None):
+        refuse_xla(type(self).__name__, LAYER_FIX)
         eta_u, eta_v = self._split(inputs)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
         if lengths is None:
-            lengths = self._lengths(mask)
+            lengths = self._lengths(mask, eta_u)
         return self._package(
             sparsemap(self.structure, eta_u, eta_v, lengths=lengths, **self._solver_options())
         )
@@ -151,27 +167,52 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
-class SparseMAPSequence(SparseMAP):
+class SparseMAPSequence(SequenceWeights, SparseMAP):
     """SparseMAP over label sequences with learned transition (and boundary) scores.
 
-    Solves ``max_{(u, v) in M} <unary, u> + <T, v> - ||u||^2 / 2`` over the
+    Solves ``max_{(u, v) in M} <unary', u> + <T, v> - ||u||^2 / 2`` over the
     linear-chain marginal polytope, with a trainable ``(K, K)`` transition matrix
-    ``T`` and, with ``use_boundary=True``, trainable start/end scores.
+    ``T`` and, with ``use_boundary=True``, trainable start/end scores added to the
+    first and last unary scores (``unary'``).
+
+    Called on packed ``(batch, n, K, K + 1)`` scores instead, the output of
+    :class:`keras_structured.SequenceScores`, the layer has no weights: it reads the
+    transitions (and the boundary scores, already added) from them. A tagger trained
+    with ``SparseMAPLoss(SequenceStructure())`` on ``SequenceScores`` outputs thus
+    predicts with the weights it learned: ``SparseMAPSequence()(scores)``.
 
     Args:
-        use_boundary: learn start and end label scores.
-        transitions_initializer: initializer of ``T``.
+        use_boundary: learn start and end label scores (unary inputs only: packed
+            scores hold them already).
+        transitions_initializer: initializer of ``T`` (unary inputs only).
         Other arguments: see :class:`SparseMAP`.
 
     Call arguments:
-        inputs: ``(batch, n, K)`` unary scores.
+        inputs: ``(batch, n, K)`` unary scores, or packed ``(batch, n, K, K + 1)`` scores.
         mask: ``(batch, n)`` Keras mask of right-padded sequences; padded
-            positions get exactly zero marginals and gradients.
+            positions get exactly zero marginals and gradients. It is passed on.
         lengths: ``(batch,)`` lengths, instead of a mask.
+
+    Returns:
+        The label marginals ``u`` ``(batch, n, K)`` in the compute dtype (a sparse
+        combination of a few label sequences; rows of padded positions are zero), or
+        with ``return_structures=True`` a dict with ``u``, ``v``, ``weights`` and
+        ``structures`` (label sequences padded with -1).
+
+    Raises:
+        ValueError: at build time, for inputs that are neither ``(batch, n, K)`` nor
+            packed scores with a known ``K``, or ``use_boundary=True`` on packed
+            scores; at call time, for a mask that is not ``(batch, n)``, and as for
+            :class:`SparseMAP`.
+        tf.errors.InvalidArgumentError: at run time, as for :class:`SparseMAP`.
 
     Example:
         >>> layer = SparseMAPSequence()
         >>> layer(np.zeros((2, 5, 3), "float32")).shape
+        TensorShape([2, 5, 3])
+        >>> from keras_structured import SequenceScores
+        >>> packed = SequenceScores()(np.zeros((2, 5, 3), "float32"))
+        >>> SparseMAPSequence()(packed).shape  # the transitions come with the scores
         TensorShape([2, 5, 3])
     """
 
@@ -182,28 +223,40 @@ class SparseMAPSequence(SparseMAP):
         self.transitions_initializer = keras.initializers.get(transitions_initializer)
 
     def build(self, input_shape):
-        if len(input_shape) != 3 or input_shape[-1] is None:
+        rank = len(input_shape)
+        packed = rank == 4
+        known = rank in (3, 4) and input_shape[2] is not None
+        if not known or (packed and input_shape[3] not in (None, input_shape[2] + 1)):
             raise ValueError(
-                f"SparseMAPSequence expects inputs of shape (batch, n, K) with known K. "
-                f"Received: input_shape={input_shape}"
+                "SparseMAPSequence expects unary scores (batch, n, K) or packed scores "
+                f"(batch, n, K, K + 1), with known K. Received: input_shape={tuple(input_shape)}"
             )
-        num_labels = input_shape[-1]
-        self.transitions = self.add_weight(
-            name="transitions", shape=(num_labels, num_labels), initializer=self.transitions_initializer
-        )
-        if self.use_boundary:
-            self.start = self.add_weight(name="start", shape=(num_labels,), initializer="zeros")
-            self.end = self.add_weight(name="end", shape=(num_labels,), initializer="zeros")
+        if packed and self.use_boundary:
+            raise ValueError(
+                "SparseMAPSequence(use_boundary=True) learns start and end scores for unary "
+                "inputs; packed scores hold them already (SequenceScores(use_boundary=True)). "
+                f"Use SparseMAPSequence() on them. Received: input_shape={tuple(input_shape)}"
+            )
+        if not packed:
+            self._build_sequence_weights(input_shape[2])
         self.built = True
 
     def call(self, inputs, lengths=None, mask=None):
+        refuse_xla(type(self).__name__, LAYER_FIX)
+        check_position_mask(type(self).__name__, mask, inputs)
         if lengths is None:
-            lengths = _lengths_from_mask(mask)
-        boundary = {"start": self.start, "end": self.end} if self.use_boundary else {}
-        result = sparsemap_sequence(
-            inputs, self.transitions, lengths=lengths, **boundary, **self._solver_options()
-        )
+            lengths = lengths_from_mask(mask)
+        if inputs.shape.rank == 4:
+            unary, pairwise = unpack_sequence_scores(inputs)
+            result = sparsemap(self.structure, unary, pairwise, lengths=lengths, **self._solver_options())
+        else:
+            result = sparsemap_sequence(
+                inputs, self.transitions, lengths=lengths, **self._boundary(), **self._solver_options()
+            )
         return self._package(result)
+
+    def compute_output_shape(self, input_shape):
+        return super().compute_output_shape(tuple(input_shape)[:3])
 
     def get_config(self):
         config = super().get_config()
@@ -251,6 +304,15 @@ class SparseMAPDependencyTree(_FixedStructureLayer):
             sentences.
         lengths: ``(batch,)`` number of words, instead of a mask.
 
+    Returns:
+        Arc marginals ``u`` ``(batch, n + 1, n + 1)`` ``[head, modifier]`` in the
+        compute dtype: a sparse combination of a few trees, zero on padding.
+
+    Raises:
+        ValueError: at call time, for a mask that is not ``(batch, n + 1)``, and as
+            for :class:`SparseMAP`.
+        tf.errors.InvalidArgumentError: at run time, as for :class:`SparseMAP`.
+
     Example:
         >>> u = SparseMAPDependencyTree()(np.zeros((1, 4, 4), "float32"))
         >>> u.numpy()[0, :, 1:].sum(axis=0)  # every word has one head in total
@@ -260,8 +322,9 @@ class SparseMAPDependencyTree(_FixedStructureLayer):
     def __init__(self, single_root: bool = False, projective: bool = False, **kwargs):
         super().__init__(DependencyTreeStructure(single_root=single_root, projective=projective), **kwargs)
 
-    def _lengths(self, mask):
-        return _lengths_from_mask(mask, offset=1)
+    def _lengths(self, mask, inputs):
+        check_position_mask(type(self).__name__, mask, inputs)
+        return lengths_from_mask(mask, offset=1)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -280,6 +343,14 @@ class SparseMAPMatching(_FixedStructureLayer):
     Call arguments:
         inputs: ``(batch, m, n)`` pair scores; ``-inf`` forbids a pair.
         lengths: ``(batch, 2)`` numbers of rows and columns of padded inputs.
+
+    Returns:
+        Pair marginals ``u`` ``(batch, m, n)`` in the compute dtype: a sparse
+        combination of a few matchings.
+
+    Raises:
+        ValueError: as for :class:`SparseMAP`.
+        tf.errors.InvalidArgumentError: at run time, as for :class:`SparseMAP`.
 
     Example:
         >>> u = SparseMAPMatching()(np.eye(3, dtype="float32")[None] * 5)
@@ -321,6 +392,15 @@ class SparseMAPBudget(_FixedStructureLayer):
         mask: ``(batch, d)`` mask of right-padded items (never selected).
         lengths: ``(batch,)`` numbers of items, instead of a mask.
 
+    Returns:
+        Selection marginals ``u`` ``(batch, d)`` in ``[0, 1]``, summing to ``k`` (at
+        most ``k`` with ``exact=False``), in the compute dtype.
+
+    Raises:
+        ValueError: at construction, for a bad ``k``; at call time, for a mask that is
+            not ``(batch, d)``, and as for :class:`SparseMAP`.
+        tf.errors.InvalidArgumentError: at run time, as for :class:`SparseMAP`.
+
     Example:
         >>> SparseMAPBudget(k=2)(np.array([[3.0, 2.0, -1.0, 0.0]], "float32")).numpy()
         array([[1., 1., 0., 0.]], dtype=float32)
@@ -329,5 +409,6 @@ class SparseMAPBudget(_FixedStructureLayer):
     def __init__(self, k: int, exact: bool = True, **kwargs):
         super().__init__(BudgetStructure(k=k, exact=exact), **kwargs)
 
-    def _lengths(self, mask):
-        return _lengths_from_mask(mask)
+    def _lengths(self, mask, inputs):
+        check_position_mask(type(self).__name__, mask, inputs)
+        return lengths_from_mask(mask)

@@ -18,8 +18,20 @@ class Sparsemax(keras.layers.Layer):
 
     Call arguments:
         inputs: scores.
-        mask: optional boolean mask broadcastable to ``inputs``; masked entries
-            get exactly zero.
+        mask: optional boolean mask broadcastable to ``inputs`` (each dimension 1 or
+            that of ``inputs``, as for ``keras.layers.Softmax``); masked entries get
+            exactly zero. The mask is passed on to the next layer.
+
+    Returns:
+        Probabilities with the shape of ``inputs``, in the layer's compute dtype
+        (float16 under ``mixed_float16``; the projection itself runs in float32).
+        Unmasked outputs carry their scores for ``SparsemaxLoss(from_logits=False)``.
+
+    Raises:
+        ValueError: at build time, for an ``axis`` out of range; at call time, for a
+            ``mask`` that does not broadcast to ``inputs``.
+        tf.errors.InvalidArgumentError: at run time, for NaN or ``+inf`` scores (see
+            :func:`keras_structured.sparsemax`).
 
     Example:
         >>> Sparsemax()(np.array([[1.0, 0.5, -1.0]])).numpy()

@@ -88,6 +88,22 @@ class SparsemaxLoss(keras.losses.Loss):
         axis: the class axis.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
+    Call arguments:
+        y_true: class indices (``sparse_labels``) or distributions on the simplex.
+        y_pred: scores, or with ``from_logits=False`` the output of ``Sparsemax``
+            without a mask, as it is or cast to another float dtype (Keras casts it
+            to float32 under ``mixed_float16``).
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), in the loss dtype.
+
+    Raises:
+        ValueError: at trace time, for ``from_logits=False`` with a ``y_pred`` that is
+            not a ``Sparsemax`` output, or for labels and scores of shapes that do
+            not fit.
+        tf.errors.InvalidArgumentError: at run time, for integer labels outside
+            ``[0, K)`` or scores that :func:`keras_structured.sparsemax` rejects.
+
     Example:
         >>> loss = SparsemaxLoss(sparse_labels=True)
         >>> float(loss([1], [[0.0, 5.0, 0.0]]))
@@ -108,19 +124,34 @@ class SparsemaxLoss(keras.losses.Loss):
         self.sparse_labels = sparse_labels
         self.axis = axis
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        scores = getattr(y_pred, "_keras_logits", None)
+        if not self.from_logits and scores is not None and self.dtype is not None:
+            # Keras casts y_pred to the loss dtype (float32 under mixed_float16), and a
+            # cast tensor no longer carries the scores that sparsemax attached: cast here
+            # and attach them again, the Keras mask too.
+            mask = getattr(y_pred, "_keras_mask", None)
+            y_pred = tf.cast(y_pred, self.dtype)
+            y_pred._keras_logits = scores
+            if mask is not None:
+                y_pred._keras_mask = mask
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
     def call(self, y_true, y_pred):
-        logits = y_pred if hasattr(y_pred, "_keras_logits") else tf.convert_to_tensor(y_pred)
-        if not self.from_logits:
+        if self.from_logits:
+            logits = tf.convert_to_tensor(y_pred)
+        else:
             logits = getattr(y_pred, "_keras_logits", None)
             if logits is None:
                 raise ValueError(
-                    "SparsemaxLoss(from_logits=False) needs y_pred produced by "
-                    "keras_structured.sparsemax or a Sparsemax layer (without a mask), "
-                    "so that its scores can be recovered; otherwise pass scores and use "
-                    f"from_logits=True. Received: y_pred={y_pred!r}"
+                    "SparsemaxLoss(from_logits=False) needs y_pred to be the output of "
+                    "keras_structured.sparsemax or of a Sparsemax layer without a mask (cast "
+                    "or not), because the loss is defined on scores and recovers them from "
+                    "that output. Either make the Sparsemax output (unmasked, not processed "
+                    "further) the model output, or output the scores (the input of Sparsemax) "
+                    "and use SparsemaxLoss(from_logits=True). "
+                    f"Received: y_pred={y_pred!r}"
                 )
-        else:
-            logits = tf.convert_to_tensor(logits)
         y_true = tf.convert_to_tensor(y_true)
         if self._labels_are_sparse(y_true, logits):
             if y_true.shape.rank == logits.shape.rank:

@@ -74,6 +74,7 @@ from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
 from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap
+from keras_structured.ops.xla import LOSS_FIX, refuse_xla
 
 
 def _per_example_sum(x: tf.Tensor) -> tf.Tensor:
@@ -99,12 +100,24 @@ def _check_labels(y_true: tf.Tensor, size, y_pred: tf.Tensor) -> None:
         )
 
 
-def _as_structure(structure: Structure | dict) -> Structure:
-    """``structure``, rebuilt first when it is a config dict; ``ValueError`` for anything else."""
-    if isinstance(structure, dict):
+def _as_structure(structure: Structure | dict | str | None, owner: str = "The loss") -> Structure:
+    """``structure``, rebuilt first from a config dict or a class name; ``ValueError`` for anything else."""
+    if isinstance(structure, str):
+        try:
+            return structure_from_config({"class_name": structure, "config": {}})
+        except ValueError:
+            pass  # an unknown name: the message below says what is expected
+    elif isinstance(structure, dict):
         structure = structure_from_config(structure)
     if not isinstance(structure, Structure):
-        raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
+        raise ValueError(
+            f"{owner}: structure must be a Structure (a keras_structured.engine.Structure such "
+            "as SequenceStructure()), its config dict, or the name of a structure class whose "
+            "arguments all have defaults (e.g. 'SequenceStructure'). By name alone Keras builds a "
+            "loss without arguments: pass a config instead, e.g. keras.losses.get({'class_name': "
+            "'SparseMAPLoss', 'config': {'structure': 'SequenceStructure'}}). "
+            f"Received: structure={structure!r}"
+        )
     return structure
 
 
@@ -171,6 +184,7 @@ def _structured_loss(
     with cost-augmented unary scores ``eta'_u = eta_u + w * (1 - 2 m)``: SparseMAP
     (``q = 1``) when ``options`` are given, else MAP (``q = 0``).
     """
+    refuse_xla("The SparseMAP, hinge and perceptron losses", LOSS_FIX)
     eta_u, eta_v = _scores(structure, y_pred)
     lengths, gold_m, gold_n = _gold(structure, y_true, y_pred, eta_u)
     cost_u = eta_u + cost_weight * (1.0 - 2.0 * gold_m) if cost_weight else eta_u
@@ -214,7 +228,8 @@ def sparsemap_loss(
             pads sequences and trees), integers or floats holding integers.
         y_pred: scores, split by ``structure.split_scores``: packed
             ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``.
-        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        structure: a :class:`keras_structured.engine.Structure`, its config dict, or
+            the name of a structure class whose arguments have defaults.
         options: the solver settings, a :class:`keras_structured.engine.SolverOptions`
             (default ``SolverOptions()``); ``method``, ``tol`` and ``max_iter`` are
             shortcuts for its fields (None leaves a field to ``options``).
@@ -342,7 +357,22 @@ def structured_hinge_loss(y_true, y_pred, structure: Structure | dict, cost_weig
     return _structured_loss(y_true, y_pred, _as_structure(structure), cost_weight, None)
 
 
-class _StructuredLoss(keras.losses.Loss):
+class _PerExampleLoss(keras.losses.Loss):
+    """A loss of whole structures: one value per example, the padding read from the labels.
+
+    Keras applies a mask attached to ``y_pred`` to the values that ``call`` returns,
+    which would fail here: a ``(batch, n)`` mask of padded positions (``SequenceScores``
+    passes one on) against ``(batch,)`` losses. The labels already mark the padding
+    (``-1``), so the mask is left out.
+    """
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if getattr(y_pred, "_keras_mask", None) is not None:
+            y_pred = tf.identity(y_pred)  # the same scores, without the mask
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
+
+class _StructuredLoss(_PerExampleLoss):
     """A thin ``keras.losses.Loss`` over one of the functions above.
 
     It checks and stores the arguments, and ``call`` passes them to the function
@@ -352,10 +382,14 @@ class _StructuredLoss(keras.losses.Loss):
 
     _config_keys: tuple[str, ...] = ()  # attributes that get_config adds to the structure
 
-    def __init__(self, structure: Structure | dict, cost_weight: float, reduction, name, dtype):
+    def __init__(self, structure: Structure | dict | str | None, cost_weight: float, reduction, name, dtype):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.structure = _as_structure(structure)
+        self.structure = _as_structure(structure, owner=type(self).__name__)
         self.cost_weight = check_number("cost_weight", cost_weight, minimum=0)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        refuse_xla(type(self).__name__, LOSS_FIX)
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def get_config(self):
         config = super().get_config()
@@ -392,7 +426,8 @@ class SparseMAPLoss(_SparseMAPLossBase):
     each example is :func:`sparsemap_loss`.
 
     Args:
-        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        structure: a :class:`keras_structured.engine.Structure`, its config dict, or
+            the name of a structure class whose arguments have defaults.
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
         tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0
             (default 1e-6).
@@ -406,8 +441,21 @@ class SparseMAPLoss(_SparseMAPLossBase):
 
     Call arguments:
         y_true: gold codes (see the module docstring; ``-1`` pads sequences and trees).
-        y_pred: scores: packed ``(batch, n, K, K + 1)`` for sequences, else ``eta_u``
-            (the structure's ``split_scores`` layout).
+        y_pred: scores: packed ``(batch, n, K, K + 1)`` for sequences (the output of
+            :class:`keras_structured.SequenceScores`), else ``eta_u`` (the structure's
+            ``split_scores`` layout). A Keras mask on ``y_pred`` is not applied: the
+            labels mark the padding, and every example's loss counts.
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores (the solver runs in float32 or float64).
+
+    Raises:
+        ValueError: at construction, for a missing structure or bad settings; at trace
+            time, for labels and scores of shapes that do not fit, or inside an
+            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
+        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
+            structure) or scores (NaN, ``+inf``).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -418,7 +466,7 @@ class SparseMAPLoss(_SparseMAPLossBase):
 
     def __init__(
         self,
-        structure: Structure | dict,
+        structure: Structure | dict | str | None = None,
         method: str | None = None,
         tol: float | None = None,
         max_iter: int | None = None,
@@ -448,10 +496,25 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
     :func:`margin_sparsemap_loss`.
 
     Args:
-        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        structure: a :class:`keras_structured.engine.Structure`, its config dict, or
+            the name of a structure class whose arguments have defaults.
         cost_weight: ``w >= 0``, the weight of the Hamming cost.
         method, tol, max_iter, options: solver settings, as for :class:`SparseMAPLoss`.
         reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true, y_pred: as for :class:`SparseMAPLoss`.
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores (the solver runs in float32 or float64).
+
+    Raises:
+        ValueError: at construction, for a missing structure or bad settings; at trace
+            time, for labels and scores of shapes that do not fit, or inside an
+            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
+        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
+            structure) or scores (NaN, ``+inf``).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -464,7 +527,7 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
 
     def __init__(
         self,
-        structure: Structure | dict,
+        structure: Structure | dict | str | None = None,
         cost_weight: float = 1.0,
         method: str | None = None,
         tol: float | None = None,
@@ -490,8 +553,23 @@ class StructuredPerceptronLoss(_StructuredLoss):
     example is :func:`structured_perceptron_loss`.
 
     Args:
-        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        structure: a :class:`keras_structured.engine.Structure`, its config dict, or
+            the name of a structure class whose arguments have defaults.
         reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true, y_pred: as for :class:`SparseMAPLoss`.
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores (the solver runs in float32 or float64).
+
+    Raises:
+        ValueError: at construction, for a missing structure or bad settings; at trace
+            time, for labels and scores of shapes that do not fit, or inside an
+            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
+        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
+            structure) or scores (NaN, ``+inf``).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -502,7 +580,7 @@ class StructuredPerceptronLoss(_StructuredLoss):
 
     def __init__(
         self,
-        structure: Structure | dict,
+        structure: Structure | dict | str | None = None,
         reduction: str = "sum_over_batch_size",
         name: str = "structured_perceptron_loss",
         dtype=None,
@@ -528,9 +606,24 @@ class StructuredHingeLoss(_StructuredLoss):
     example is :func:`structured_hinge_loss`.
 
     Args:
-        structure: a :class:`keras_structured.engine.Structure` (or its config dict).
+        structure: a :class:`keras_structured.engine.Structure`, its config dict, or
+            the name of a structure class whose arguments have defaults.
         cost_weight: ``w >= 0``, the weight of the Hamming cost.
         reduction, name, dtype: as for ``keras.losses.Loss``.
+
+    Call arguments:
+        y_true, y_pred: as for :class:`SparseMAPLoss`.
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores (the solver runs in float32 or float64).
+
+    Raises:
+        ValueError: at construction, for a missing structure or bad settings; at trace
+            time, for labels and scores of shapes that do not fit, or inside an
+            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
+        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
+            structure) or scores (NaN, ``+inf``).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -543,7 +636,7 @@ class StructuredHingeLoss(_StructuredLoss):
 
     def __init__(
         self,
-        structure: Structure | dict,
+        structure: Structure | dict | str | None = None,
         cost_weight: float = 1.0,
         reduction: str = "sum_over_batch_size",
         name: str = "structured_hinge_loss",
@@ -692,7 +785,7 @@ def tree_crf_loss(y_true, y_pred, single_root: bool = False) -> tf.Tensor:
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
-class LinearChainCRFLoss(keras.losses.Loss):
+class LinearChainCRFLoss(_PerExampleLoss):
     """Linear-chain CRF loss: the negative log-likelihood ``log Z(eta) - <eta, a>``.
 
     ``log Z`` is computed by the forward algorithm
@@ -707,7 +800,18 @@ class LinearChainCRFLoss(keras.losses.Loss):
     Call arguments:
         y_true: ``(batch, n)`` gold labels, ``-1`` past each sequence's length.
         y_pred: packed ``(batch, n, K, K + 1)`` scores (start and end scores, if
-            any, added to the first and last unary scores).
+            any, added to the first and last unary scores), e.g. the output of
+            :class:`keras_structured.SequenceScores`; a Keras mask on it is not applied
+            (the labels mark the padding).
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores.
+
+    Raises:
+        ValueError: at trace time, for labels or scores of the wrong shape.
+        tf.errors.InvalidArgumentError: at run time, for labels out of range or ``-1``
+            inside a sequence.
 
     Example:
         >>> from keras_structured.ops import pack_sequence_scores
@@ -726,7 +830,7 @@ class LinearChainCRFLoss(keras.losses.Loss):
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
-class TreeCRFLoss(keras.losses.Loss):
+class TreeCRFLoss(_PerExampleLoss):
     """Dependency-tree CRF loss: ``log Z(eta) - sum_{(h, m) in gold} eta[h, m]``.
 
     ``log Z`` sums over all non-projective trees by the matrix-tree theorem
@@ -742,6 +846,14 @@ class TreeCRFLoss(keras.losses.Loss):
         y_true: ``(batch, n + 1)`` gold heads, ``-1`` at the root and past each
             sentence's length.
         y_pred: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``.
+
+    Returns:
+        The reduced loss (a scalar for the default reduction), float32 for
+        half-precision scores.
+
+    Raises:
+        ValueError: at trace time, for labels or scores of the wrong shape.
+        tf.errors.InvalidArgumentError: at run time, for heads that are not trees.
 
     Example:
         >>> round(float(TreeCRFLoss()([[-1, 0, 1]], tf.zeros([1, 3, 3]))), 4)  # log(3)

@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras_structured.engine import Structure
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
 from keras_structured.ops.sparsemap_op import prepare_scores, raising_invalid_scores
+from keras_structured.ops.xla import OP_FIX, refuse_xla
 
 
 def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
@@ -34,7 +35,8 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         :meth:`~keras_structured.engine.Structure.code_shape`).
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit the structure.
+        ValueError: at trace time, for shapes that do not fit the structure, or a call
+            inside an XLA-compiled function (see :mod:`keras_structured.ops.xla`).
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, bad
             lengths, or when ``-inf`` scores rule out every structure of an example
             (an :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`,
@@ -46,6 +48,7 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         >>> codes.numpy(), m.numpy()[0].tolist()
         (array([[0, 1]]), [[1.0, 0.0], [0.0, 1.0]])
     """
+    refuse_xla("keras_structured.map_decode", OP_FIX)
     eta_u = tf.convert_to_tensor(eta_u)
     inputs = prepare_scores(structure, eta_u, eta_v, lengths)
     scores_u, scores_v = inputs[:2]

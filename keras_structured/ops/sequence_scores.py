@@ -5,7 +5,10 @@ A Keras loss sees one ``y_pred`` tensor, so sequence scores travel packed as
 and ``[:, i, :, 1:]`` the transition scores from position ``i`` to ``i + 1``
 (from-label first); the last position's transition block is ignored. The
 structure itself reads this layout
-(:meth:`keras_structured.engine.SequenceStructure.split_scores`).
+(:meth:`keras_structured.engine.SequenceStructure.split_scores`). Start and end
+scores have no place of their own: :func:`add_boundary_scores` adds them to the first
+and last unary scores. The layer :class:`keras_structured.SequenceScores` owns
+transition and boundary weights and returns this layout.
 """
 
 from __future__ import annotations
@@ -40,6 +43,50 @@ def pack_sequence_scores(unary, transitions) -> tf.Tensor:
     shape = tf.shape(unary)
     pairwise = tf.broadcast_to(transitions, [shape[0], shape[1], shape[2], shape[2]])
     return tf.concat([unary[..., None], pairwise], axis=-1)
+
+
+def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
+    """``unary`` with ``start`` added at the first position and ``end`` at the last.
+
+    A label sequence's score counts ``start[y_0]`` and ``end[y_last]`` this way, so
+    boundary scores need no place of their own in the structure.
+
+    Args:
+        unary: ``(batch, n, K)`` label scores.
+        start: optional ``(K,)`` or ``(batch, K)`` scores of the first label.
+        end: optional ``(K,)`` or ``(batch, K)`` scores of the last label: the one at
+            position ``lengths - 1`` when lengths are given, else ``n - 1``.
+        lengths: optional ``(batch,)`` integer lengths of right-padded sequences.
+
+    Returns:
+        The unary scores with the boundary scores added, shape and dtype of ``unary``.
+
+    Raises:
+        ValueError: for start or end scores of a shape other than ``(K,)`` or ``(batch, K)``.
+
+    Example:
+        >>> add_boundary_scores(tf.zeros([1, 3, 2]), end=[1.0, 2.0], lengths=[2]).numpy()[0]
+        array([[0., 0.],
+               [1., 2.],
+               [0., 0.]], dtype=float32)
+    """
+    unary = tf.convert_to_tensor(unary)
+    num_labels = unary.shape[-1]
+    shape = tf.shape(unary)
+    last = shape[1] - 1 if lengths is None else tf.cast(lengths, tf.int32) - 1
+    for scores, position in ((start, 0), (end, last)):
+        if scores is None:
+            continue
+        scores = tf.cast(tf.convert_to_tensor(scores), unary.dtype)
+        if scores.shape[-1] != num_labels or scores.shape.rank not in (1, 2):
+            raise ValueError(
+                f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
+                f"Received: shape={scores.shape}"
+            )
+        at_position = tf.one_hot(position, shape[1], dtype=unary.dtype)
+        at_position = tf.reshape(at_position, [-1, shape[1], 1])
+        unary = unary + tf.reshape(scores, [-1, 1, num_labels]) * at_position
+    return unary
 
 
 def unpack_sequence_scores(packed) -> tuple[tf.Tensor, tf.Tensor]:

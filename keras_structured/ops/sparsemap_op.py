@@ -21,6 +21,8 @@ from keras_structured.engine import SequenceStructure, SolverOptions, Structure,
 from keras_structured.engine.jacobian import Support, jacobian_product
 from keras_structured.engine.options import resolve_options
 from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.sequence_scores import add_boundary_scores
+from keras_structured.ops.xla import OP_FIX, refuse_xla
 
 
 def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -187,8 +189,9 @@ def sparsemap(
 
     Raises:
         ValueError: at trace time, for shapes that do not fit the structure, solver
-            settings that break the rules of ``SolverOptions``, or a keyword that
-            disagrees with ``options``.
+            settings that break the rules of ``SolverOptions``, a keyword that
+            disagrees with ``options``, or a call inside an XLA-compiled function
+            (the MAP oracle runs in Python, see :mod:`keras_structured.ops.xla`).
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
             ``-inf`` scores (forbidden parts) rule out every structure (an
             :class:`InvalidScoresError`, also a ``ValueError``, in eager mode).
@@ -199,6 +202,7 @@ def sparsemap(
         >>> u.numpy()
         array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
+    refuse_xla("keras_structured.sparsemap", OP_FIX)
     options = resolve_options(
         options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
     )
@@ -299,6 +303,11 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
         ``u`` ``(batch, n, K)`` label marginals, ``v`` ``(batch, n - 1, K, K)``
         transition marginals (and the info dict with ``return_info=True``).
 
+    Raises:
+        ValueError: at trace time, for scores of the wrong shapes, and as for
+            :func:`sparsemap`.
+        tf.errors.InvalidArgumentError: at run time, as for :func:`sparsemap`.
+
     Example:
         >>> u, v = sparsemap_sequence(tf.random.normal([2, 5, 3]), tf.zeros([3, 3]))
         >>> u.shape, v.shape
@@ -328,17 +337,5 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
             num_labels,
         ]
     )
-    last = shape[1] - 1 if lengths is None else tf.cast(lengths, tf.int32) - 1
-    for scores, position in ((start, 0), (end, last)):
-        if scores is None:
-            continue
-        scores = tf.cast(tf.convert_to_tensor(scores), unary.dtype)
-        if scores.shape[-1] != num_labels or scores.shape.rank not in (1, 2):
-            raise ValueError(
-                f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
-                f"Received: shape={scores.shape}"
-            )
-        at_position = tf.one_hot(position, shape[1], dtype=unary.dtype)
-        at_position = tf.reshape(at_position, [-1, shape[1], 1])
-        unary = unary + tf.reshape(scores, [-1, 1, num_labels]) * at_position
+    unary = add_boundary_scores(unary, start, end, lengths)
     return sparsemap(SequenceStructure(), unary, pairwise, lengths=lengths, **kwargs)

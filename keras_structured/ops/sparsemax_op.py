@@ -59,6 +59,22 @@ def _sparsemax_last_axis(logits: tf.Tensor, mask: tf.Tensor):
     return probs, grad
 
 
+def _check_mask_shape(mask: tf.Tensor, logits: tf.Tensor) -> None:
+    """Trace-time check that ``mask`` broadcasts to ``logits``, worded as ``keras.layers.Softmax``'s."""
+    if mask.shape.rank is None or logits.shape.rank is None:
+        return
+    fits = mask.shape.rank <= logits.shape.rank and all(
+        m is None or i is None or m in (1, i)
+        for m, i in zip(reversed(mask.shape.as_list()), reversed(logits.shape.as_list()), strict=False)
+    )
+    if not fits:
+        raise ValueError(
+            "The mask must be broadcastable to the logits: it must not have more dimensions, and "
+            "each mask dimension must be 1 or match the corresponding logits dimension. "
+            f"Received: logits.shape={logits.shape}, mask.shape={mask.shape}"
+        )
+
+
 def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
     """Sparsemax over ``axis``: ``argmin_{p in simplex} ||p - logits||^2``.
 
@@ -78,7 +94,8 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
         Probabilities with the shape and dtype of ``logits``.
 
     Raises:
-        ValueError: at trace time, for an empty class axis or a bad ``axis``.
+        ValueError: at trace time, for an empty class axis, a bad ``axis``, or a
+            ``mask`` whose static shape does not broadcast to ``logits``.
         tf.errors.InvalidArgumentError: at run time, for NaN or ``+inf`` logits, or a
             slice whose unmasked logits are all ``-inf`` (as SparseMAP rejects scores
             that rule out every structure).
@@ -98,10 +115,13 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
             f"sparsemax needs at least one class along axis {axis}. Received: logits.shape={logits.shape}"
         )
     z = tf.cast(logits, dtype)
-    if mask is None:
-        mask = tf.ones_like(z, dtype=tf.bool)
-    else:
+    masked = mask is not None
+    if masked:
+        mask = tf.convert_to_tensor(mask)
+        _check_mask_shape(mask, logits)
         mask = tf.broadcast_to(tf.cast(mask, tf.bool), tf.shape(z))
+    else:
+        mask = tf.ones_like(z, dtype=tf.bool)
     if axis != rank - 1:
         perm = list(range(rank))
         perm[axis], perm[-1] = perm[-1], perm[axis]
@@ -109,5 +129,9 @@ def sparsemax(logits, axis: int = -1, mask=None) -> tf.Tensor:
     else:
         probs = _sparsemax_last_axis(z, mask)
     probs = tf.cast(probs, logits.dtype)
-    probs._keras_logits = logits
+    if not masked:
+        # For SparsemaxLoss(from_logits=False), which recovers the scores from its input
+        # (as Keras' crossentropy does for softmax). Not under a mask: the loss would
+        # then see scores that the mask had hidden.
+        probs._keras_logits = logits
     return probs

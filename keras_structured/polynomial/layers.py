@@ -36,6 +36,9 @@ class _SharedBasisLayer(keras.layers.Layer):
         self.basis_regularizer = keras.regularizers.get(basis_regularizer)
         self.output_regularizer = keras.regularizers.get(output_regularizer)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
+        # Like Dense: every vector along the last axis is mapped on its own, so a Keras
+        # mask on the leading axes (e.g. padded sequences) still holds for the outputs.
+        self.supports_masking = True
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, tf.SparseTensor) or getattr(inputs, "sparse", False):
@@ -116,10 +119,16 @@ class PolynomialNetwork(_SharedBasisLayer):
     Call arguments:
         inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
             no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
-            a subclassed one with ``jit_compile=False``.
+            a subclassed one with ``jit_compile=False``. A Keras mask on the leading axes
+            (e.g. padded sequences) is passed on unchanged, as by ``Dense``.
 
     Returns:
         Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
+
+    Raises:
+        ValueError: at construction, for ``units`` or ``rank`` that are not positive
+            integers; at build time, for inputs whose last dimension is unknown; at call
+            time, for sparse inputs that are not ``(batch, d)``.
 
     Example:
         >>> layer = PolynomialNetwork(units=2, rank=1)
@@ -195,10 +204,16 @@ class FactorizationMachine(_SharedBasisLayer):
     Call arguments:
         inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
             no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
-            a subclassed one with ``jit_compile=False``.
+            a subclassed one with ``jit_compile=False``. A Keras mask on the leading axes
+            (e.g. padded sequences) is passed on unchanged, as by ``Dense``.
 
     Returns:
         Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
+
+    Raises:
+        ValueError: at construction, for ``units`` or ``rank`` that are not positive
+            integers; at build time, for inputs whose last dimension is unknown; at call
+            time, for sparse inputs that are not ``(batch, d)``.
 
     Example:
         >>> layer = FactorizationMachine(units=1, rank=1)

@@ -36,7 +36,12 @@ class GaussianProjection(keras.layers.Layer):
         inputs: ``[mean, scale]``, or ``[mean, scale, old_mean, old_scale]`` with KL bounds.
 
     Returns:
-        ``[mean, scale]`` projected.
+        ``[mean, scale]`` projected, in the inputs' dtype (float16 under
+        ``mixed_float16``; the projection runs in float32).
+
+    Raises:
+        ValueError: at construction, for one KL bound without the other or no bound at
+            all; at call time, for a number of inputs other than 2 (4 with KL bounds).
 
     Example:
         >>> layer = GaussianProjection(min_entropy=2.0, diagonal=True)

@@ -28,6 +28,22 @@ class InterpolationProjection(keras.layers.Layer):
         inputs: a tensor ``(batch, ...)``, or ``[inputs, reference]`` when the
             constraint needs a reference (e.g. ``KLTrustRegion``).
 
+    A Keras mask on the inputs (e.g. ``(batch, n)`` after ``Embedding(mask_zero=True)``)
+    is passed on unchanged: the output has the shape of the inputs. The projection does
+    not read it: each batch row is projected as a whole, padded positions included.
+
+    Returns:
+        The projected inputs, shape and dtype of ``inputs`` (float16 under
+        ``mixed_float16``).
+
+    Raises:
+        ValueError: at construction, for a constraint that is not one or a ``margin``
+            outside ``[0, 1)``; at build time, for inputs the constraint cannot hold
+            on (:meth:`Constraint.check_input_shape`); at call time, for a missing
+            reference.
+        tf.errors.InvalidArgumentError: at run time with ``validate_args=True``, for
+            non-finite inputs or an infeasible output.
+
     Example:
         >>> from keras_structured.projections import L2Ball
         >>> InterpolationProjection(L2Ball(1.0))(np.array([[3.0, 4.0]])).numpy()
@@ -86,6 +102,9 @@ class InterpolationProjection(keras.layers.Layer):
             validate_args=self.validate_args,
             average_over_batch=self.average_over_batch,
         )
+
+    def compute_mask(self, inputs, mask=None):
+        return mask[0] if isinstance(mask, (list, tuple)) else mask
 
     def compute_output_shape(self, input_shape):
         if isinstance(input_shape, (list, tuple)) and isinstance(input_shape[0], (list, tuple)):

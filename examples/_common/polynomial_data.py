@@ -26,12 +26,13 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import scipy.sparse as sp
+from _common.cli import DEFAULT_DATA_DIR
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-"""``../shared/data`` next to the repository root."""
+if TYPE_CHECKING:  # imported where used: the examples import this module before parsing arguments
+    import numpy as np
+    import scipy.sparse as sp
 
 MULTICLASS_DATASETS = ("satellite", "letter", "vehicle", "vowel", "segment")
 _FIXED_TRAIN_ROWS = {"satellite": 4435, "letter": 16000, "vowel": 528}
@@ -75,6 +76,8 @@ def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
 
 
 def _split_indices(name: str, y: np.ndarray, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     n = len(y)
     if name in _FIXED_TRAIN_ROWS:
         n_train = _FIXED_TRAIN_ROWS[name]
@@ -86,6 +89,8 @@ def _split_indices(name: str, y: np.ndarray, split_seed: int) -> tuple[np.ndarra
 
 def standardize(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centres and scales both arrays with the mean and standard deviation of ``x_train``."""
+    import numpy as np
+
     mean, std = x_train.mean(axis=0), x_train.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     return (x_train - mean) / std, (x_test - mean) / std
@@ -99,6 +104,8 @@ def load_multiclass(name: str, data_dir: Path | str | None = None, split_seed: i
         >>> split.x_train.shape, split.x_test.shape, len(split.classes)  # doctest: +SKIP
         ((528, 10), (462, 10), 11)
     """
+    import numpy as np
+
     if name not in MULTICLASS_DATASETS:
         raise ValueError(f"name must be one of {list(MULTICLASS_DATASETS)}. Received: name={name!r}")
     header, rows = _read_csv(Path(data_dir or DEFAULT_DATA_DIR) / "multiclass" / f"{name}.csv")
@@ -112,6 +119,8 @@ def load_multiclass(name: str, data_dir: Path | str | None = None, split_seed: i
 
 
 def _age_bucket(age: int) -> int:
+    import numpy as np
+
     return int(np.searchsorted(AGE_BUCKETS, age, side="right"))
 
 
@@ -128,6 +137,9 @@ def load_movielens(
         >>> split.x_train.shape, split.x_test.shape  # doctest: +SKIP
         ((80000, 2674), (20000, 2674))
     """
+    import numpy as np
+    import scipy.sparse as sp
+
     root = Path(data_dir or DEFAULT_DATA_DIR) / "movielens-100k"
     _, user_rows = _read_csv(root / "users.csv")
     _, item_rows = _read_csv(root / "items.csv")

@@ -8,20 +8,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-from polynomial_data import DEFAULT_DATA_DIR
+from _common.cli import DEFAULT_DATA_DIR
+
+if TYPE_CHECKING:  # numpy is imported where it is used: examples import this before parsing arguments
+    import numpy as np
 
 _START = time.perf_counter()
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, out: str) -> None:
     """Adds ``--data-dir``, ``--out`` (CSV path, default ``out``) and ``--seed``."""
-    parser.add_argument(
-        "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="shared data folder (default: %(default)s)"
-    )
-    parser.add_argument("--out", type=Path, default=Path(out), help="results CSV (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of splits, solvers and SGD (default: 0)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="shared data folder")
+    parser.add_argument("--out", type=Path, default=Path(out), help="results CSV")
+    parser.add_argument("--seed", type=int, default=0, help="seed of splits, solvers and SGD")
 
 
 def int_list(text: str) -> list[int]:
@@ -47,6 +48,8 @@ def log(message: str) -> None:
 
 def subsample(n: int, max_rows: int | None, seed: int) -> np.ndarray:
     """Sorted indices of ``min(n, max_rows)`` rows drawn without replacement (all rows if ``None``)."""
+    import numpy as np
+
     if max_rows is None or max_rows >= n:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, size=max_rows, replace=False))
@@ -56,6 +59,7 @@ def holdout(
     n: int, fraction: float, seed: int, stratify: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(fit, validation)`` row indices: a seeded (optionally stratified) split of ``n`` rows."""
+    import numpy as np
     from sklearn.model_selection import train_test_split
 
     return train_test_split(np.arange(n), test_size=fraction, random_state=seed, stratify=stratify)

@@ -1,0 +1,197 @@
+"""Command line of the NLI models: ``python -m keras_structured.nli {train,evaluate,align,time}``.
+
+Examples:
+    python -m keras_structured.nli train --attention sequence --logdir runs/nli/sequence
+    python -m keras_structured.nli train --logdir runs/nli/sequence --attention sequence --resume
+    python -m keras_structured.nli evaluate --logdir runs/nli/sequence --split test
+    python -m keras_structured.nli align --logdir runs/nli/sequence --png pairs.png
+    python -m keras_structured.nli time --logdir runs/nli/softmax --logdir runs/nli/sequence
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+
+# The names and defaults, repeated here so that --help answers without TensorFlow.
+_ATTENTIONS = ("softmax", "sequence", "matching")
+_SPLITS = ("train", "trial", "test")
+_DEFAULT_SICK = (
+    pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "nli" / "sick.tsv"
+).resolve()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_structured.nli",
+        description="ESIM on SICK with softmax, sequential-SparseMAP or matching-SparseMAP attention "
+        "(the SparseMAP paper's section 5.2, Table 2 and Figure 5).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser(
+        "train",
+        help="train a model into a logdir (resumable)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    train.add_argument("--data", default=str(_DEFAULT_SICK), help="the SICK .tsv file (not distributed here)")
+    train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
+    train.add_argument("--attention", default="softmax", choices=_ATTENTIONS)
+    train.add_argument("--learning-rate", type=float, default=2.0**-4, help="SGD's initial learning rate")
+    train.add_argument(
+        "--learning-rate-decay",
+        type=float,
+        default=0.9,
+        help="factor applied after each epoch whose trial accuracy is not the best",
+    )
+    train.add_argument("--clipnorm", type=float, default=5.0, help="global gradient norm clipping")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--epochs", type=int, default=30, help="most epochs")
+    train.add_argument(
+        "--patience", type=int, default=5, help="epochs without a better trial accuracy before stopping"
+    )
+    train.add_argument(
+        "--min-epochs", type=int, default=1, help="epochs run before early stopping may stop training"
+    )
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--max-train-pairs", type=int, default=None, help="use the first N training pairs")
+    train.add_argument(
+        "--max-trial-pairs", type=int, default=None, help="measure trial accuracy on the first N trial pairs"
+    )
+    train.add_argument("--min-count", type=int, default=2, help="least training count of a known word")
+    train.add_argument("--embedding-dim", type=int, default=100, help="word embedding size (learned)")
+    train.add_argument("--units", type=int, default=100, help="units of the BiLSTMs (per direction) and MLPs")
+    train.add_argument("--dropout", type=float, default=0.5)
+    train.add_argument("--max-iter", type=int, default=100, help="most MAP calls per SparseMAP problem")
+    train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
+    train.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="accuracy and alignment sparsity of a run's best model",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    evaluate.add_argument("--logdir", required=True)
+    evaluate.add_argument("--split", default="test", choices=_SPLITS)
+    evaluate.add_argument(
+        "--max-pairs", type=int, default=None, help="evaluate the first N pairs of the split"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print one JSON line")
+
+    align = commands.add_parser(
+        "align",
+        help="print (and draw, write) a run's attention on some pairs",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    align.add_argument("--logdir", required=True)
+    align.add_argument("--split", default="test", choices=_SPLITS)
+    align.add_argument(
+        "--pair-ids",
+        type=int,
+        nargs="+",
+        default=None,
+        help="SICK pair_id values (default: the first short entailment and contradiction pairs)",
+    )
+    align.add_argument(
+        "--png", default=None, help="draw the heatmaps into this PNG file (one pair: as given)"
+    )
+    align.add_argument("--output", default=None, help="write the matrices as JSON into this file")
+
+    time_steps = commands.add_parser(
+        "time",
+        help="seconds per training step of several runs' checkpoints, interleaved on the same batches",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
+    time_steps.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
+    return parser
+
+
+def _train(args) -> None:
+    from keras_structured.nli.training import NLIConfig, train
+
+    names = {field.name for field in dataclasses.fields(NLIConfig)}
+    config = NLIConfig(**{name: value for name, value in vars(args).items() if name in names})
+    summary = train(config, args.logdir, resume=args.resume, quiet=args.quiet, time_limit=args.time_limit)
+    print(json.dumps(summary))
+
+
+def _evaluate(args) -> None:
+    from keras_structured.nli.training import evaluate
+
+    result = evaluate(args.logdir, args.split, args.max_pairs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{args.split}: accuracy {result['accuracy']:.2f} over {result['pairs']} pairs; "
+            f"{result['alignment_nonzero_percent']:.1f}% nonzero attention weights; "
+            f"{result['mean_structures']:.2f} structures per pair ({result['attention']})"
+        )
+
+
+def _align(args) -> None:
+    from keras_structured.nli.training import alignments
+
+    result = alignments(args.logdir, args.split, args.pair_ids)
+    for pair in result["pairs"]:
+        print(
+            f"pair {pair['pair_id']} ({pair['label']}, predicted {pair['predicted']}), "
+            f"structures {pair['structures']}"
+        )
+        print("  premise:    " + " ".join(pair["premise"]))
+        print("  hypothesis: " + " ".join(pair["hypothesis"]))
+        for i, word in enumerate(pair["premise"]):
+            weights = ", ".join(
+                f"{pair['hypothesis'][j]}={w:.2f}" for j, w in enumerate(pair["p2h"][i]) if w > 0.005
+            )
+            print(f"  {word} -> {weights}")
+    if args.output:
+        pathlib.Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.output).write_text(json.dumps(result) + "\n")
+        print(f"wrote {args.output}")
+    if args.png:
+        from keras_structured.nli.figures import plot_alignments
+
+        png = pathlib.Path(args.png)
+        for k, pair in enumerate(result["pairs"]):
+            path = png if len(result["pairs"]) == 1 else png.with_name(f"{png.stem}_{k}{png.suffix}")
+            title = f"pair {pair['pair_id']}: {pair['label']} (predicted {pair['predicted']})"
+            plot_alignments(
+                pair["premise"],
+                pair["hypothesis"],
+                {result["attention"]: (pair["p2h"], pair["h2p"])},
+                path,
+                title,
+            )
+            print(f"wrote {path}")
+
+
+def _time(args) -> None:
+    from keras_structured.nli.step_timing import time_training_steps
+
+    result = time_training_steps(args.logdir, args.steps)
+    if args.output:
+        pathlib.Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    {"train": _train, "evaluate": _evaluate, "align": _align, "time": _time}[args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

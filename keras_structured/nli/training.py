@@ -1,0 +1,555 @@
+"""Train, evaluate and inspect ESIM on SICK: the work behind ``python -m keras_structured.nli``.
+
+Training follows the SparseMAP paper (section 5.2): plain SGD (with DyNet's default
+gradient clipping, a global norm of 5), the learning rate multiplied by 0.9 after every
+epoch whose trial accuracy is not the best seen so far, and early stopping on the trial
+split (SICK's development set). A run lives in one directory (``logdir``):
+
+- ``config.json``: the :class:`NLIConfig`, and ``vocabulary.json``;
+- ``progress.csv``: one row per epoch (:data:`PROGRESS_COLUMNS`): the learning rate the
+  epoch ran with, the training loss and accuracy, the trial accuracy, the alignment
+  sparsity on trial (percentage of nonzero attention weights among all real word pairs,
+  both directions), the mean number of SparseMAP structures per pair on trial (NaN for
+  the softmax), the batches whose SparseMAP did not finish within ``max_iter``, the
+  epoch's seconds and training steps per second;
+- ``checkpoint/``: the model with its optimizer state and the loop state after the last
+  finished epoch, from which ``--resume`` continues;
+- ``best.keras``: the model of the best trial accuracy;
+- ``final.json``: the summary, written when training ends.
+
+Every epoch draws its shuffling and its dropout masks from ``(seed, epoch)``, so a resumed
+run sees the same batches and masks as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import pathlib
+import time
+import warnings
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_structured._validation import check_integer
+from keras_structured.engine import SparseMAPConvergenceWarning
+from keras_structured.nli.alignments import ATTENTIONS
+from keras_structured.nli.batching import encode_pairs, make_dataset
+from keras_structured.nli.model import build_esim
+from keras_structured.nli.sick_reader import DEFAULT_SICK, LABELS, Pair, read_sick
+from keras_structured.nli.vocabulary import PAD_ID, Vocabulary
+
+# Files that make a directory hold a run (other files, such as a runner's logs, may sit beside them).
+_RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
+# Settings a resumed run may increase: they extend its training budget.
+_BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
+PROGRESS_COLUMNS = (
+    "epoch",
+    "learning_rate",
+    "loss",
+    "train_accuracy",
+    "trial_accuracy",
+    "alignment_nonzero_percent",
+    "structures_per_pair",
+    "unfinished_train_batches",
+    "epoch_seconds",
+    "train_steps_per_s",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class NLIConfig:
+    """Everything that defines a training run.
+
+    Attributes:
+        data: the SICK ``.tsv`` file.
+        attention: ``"softmax"``, ``"sequence"`` or ``"matching"``.
+        learning_rate: SGD's initial learning rate (the paper's grid: ``2^-6 .. 2^-3``).
+        learning_rate_decay: factor applied after an epoch whose trial accuracy is not the
+            best seen (0.9 in the paper).
+        clipnorm: gradients are rescaled to this global norm at most (DyNet's default, 5).
+        seed: seeds the initialisation, the shuffling and the dropout masks.
+        epochs: most training epochs.
+        patience: epochs without a better trial accuracy before training stops.
+        min_epochs: early stopping waits until this many epochs have run.
+        batch_size: pairs per batch.
+        max_train_pairs: use only the first this many training pairs (None: all).
+        max_trial_pairs: measure the trial accuracy (early stopping, learning-rate decay) on
+            the first this many trial pairs only (None: all 495); for quick runs.
+        min_count: least training count of a known word (others are ``<unk>``).
+        embedding_dim, units, dropout: model sizes and dropout rate (see
+            :func:`~keras_structured.nli.model.build_esim`).
+        max_iter: most MAP calls per SparseMAP problem (see
+            :func:`~keras_structured.nli.model.build_esim`; None: the library's default, 1000).
+    """
+
+    data: str = str(DEFAULT_SICK)
+    attention: str = "softmax"
+    learning_rate: float = 2.0**-4
+    learning_rate_decay: float = 0.9
+    clipnorm: float = 5.0
+    seed: int = 0
+    epochs: int = 30
+    patience: int = 5
+    min_epochs: int = 1
+    batch_size: int = 32
+    max_train_pairs: int | None = None
+    max_trial_pairs: int | None = None
+    min_count: int = 2
+    embedding_dim: int = 100
+    units: int = 100
+    dropout: float = 0.5
+    max_iter: int | None = 100
+
+    def __post_init__(self):
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}. Received: attention={self.attention!r}")
+        for name in ("epochs", "patience", "min_epochs", "batch_size", "min_count"):
+            check_integer(name, getattr(self, name), minimum=1)
+        check_integer("max_train_pairs", self.max_train_pairs, minimum=1, allow_none=True)
+        check_integer("max_trial_pairs", self.max_trial_pairs, minimum=1, allow_none=True)
+        check_integer("max_iter", self.max_iter, minimum=1, allow_none=True)
+        for name in ("learning_rate", "clipnorm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0. Received: {name}={getattr(self, name)}")
+        if not 0 < self.learning_rate_decay <= 1:
+            raise ValueError(
+                "learning_rate_decay must be in (0, 1]. "
+                f"Received: learning_rate_decay={self.learning_rate_decay}"
+            )
+
+
+def _write_json(path: pathlib.Path, value) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(value, indent=1) + "\n")
+    temporary.replace(path)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return seed * 100_003 + epoch
+
+
+def _reseed_dropout(model: keras.Model, seed: int) -> None:
+    """Set every dropout layer's random state from ``seed``: the masks of an epoch then depend
+    on ``(seed, epoch)`` only, not on what ran before (a ``.keras`` file does not store them)."""
+    for index, layer in enumerate(model.layers):
+        if isinstance(layer, keras.layers.Dropout):
+            state = layer.seed_generator.state
+            state.assign(np.array([seed, index], dtype=keras.backend.standardize_dtype(state.dtype)))
+
+
+# ------------------------------------------------------------------------------------------ inspection
+
+
+class AlignmentReader:
+    """Predictions and attention matrices of a trained ESIM, batch by batch (eagerly).
+
+    The model's classifier output and the inputs of its ``"alignment"`` layer (the encoded
+    premise and hypothesis) come from one functional sub-model; the layer's
+    :meth:`~keras_structured.nli.layers.Alignment.attention_weights` then gives the
+    attention matrices and the SparseMAP structure counts.
+
+    Args:
+        model: a model of :func:`~keras_structured.nli.model.build_esim`.
+        vocabulary: the vocabulary it was trained with.
+    """
+
+    def __init__(self, model: keras.Model, vocabulary: Vocabulary):
+        self.alignment = model.get_layer("alignment")
+        self.inspector = keras.Model(model.inputs, [model.outputs[0], *self.alignment.input])
+        self.vocabulary = vocabulary
+
+    def read(self, pairs: Sequence[Pair], batch_size: int = 64, matrices: bool = False) -> dict:
+        """Per pair: the predicted label id, the nonzero and real attention entries, the
+        SparseMAP structures and convergence flags; with ``matrices``, also the ``(m, n)``
+        ``p2h`` and ``(n, m)`` ``h2p`` matrices (float64, padding cut off)."""
+        result = {"predictions": [], "nonzero": [], "entries": [], "structures": [], "converged": []}
+        if matrices:
+            result.update(p2h=[], h2p=[])
+        with warnings.catch_warnings():  # unfinished problems are counted (converged) instead
+            warnings.simplefilter("ignore", SparseMAPConvergenceWarning)
+            for start in range(0, len(pairs), batch_size):
+                chunk = pairs[start : start + batch_size]
+                batch = encode_pairs(chunk, self.vocabulary)
+                features = {"premise": batch["premise"], "hypothesis": batch["hypothesis"]}
+                logits, premise, hypothesis = self.inspector(features, training=False)
+                masks = [tf.constant(batch[side] != PAD_ID) for side in ("premise", "hypothesis")]
+                weights = self.alignment.attention_weights(
+                    [premise, hypothesis], mask=masks, return_info=True
+                )
+                p2h, h2p = np.asarray(weights["p2h"], np.float64), np.asarray(weights["h2p"], np.float64)
+                result["predictions"] += np.argmax(np.asarray(logits), axis=-1).tolist()
+                result["structures"] += np.asarray(weights["structures"]).tolist()
+                result["converged"] += np.asarray(weights["converged"]).tolist()
+                for row, pair in enumerate(chunk):
+                    m, n = len(pair.premise), len(pair.hypothesis)
+                    cut_p2h, cut_h2p = p2h[row, :m, :n], h2p[row, :n, :m]
+                    result["nonzero"].append(int(np.count_nonzero(cut_p2h) + np.count_nonzero(cut_h2p)))
+                    result["entries"].append(2 * m * n)
+                    if matrices:
+                        result["p2h"].append(cut_p2h)
+                        result["h2p"].append(cut_h2p)
+        return result
+
+
+def evaluate_pairs(
+    model: keras.Model, vocabulary: Vocabulary, pairs: Sequence[Pair], batch_size: int = 64
+) -> dict:
+    """Accuracy and alignment sparsity of ``model`` on ``pairs``.
+
+    Returns:
+        A JSON-able dict: ``accuracy`` (%), ``pairs``, per-label ``accuracy_by_label``,
+        ``alignment_nonzero_percent`` (nonzero attention weights among all real word pairs
+        of the split, both directions, in %), ``structures_per_pair`` (per pair, the mean
+        over its SparseMAP problems of the structures with nonzero weight; empty for the
+        softmax), ``mean_structures`` (their mean, NaN for the softmax),
+        ``one_structure_nonzero_percent`` (the nonzero percentage if every SparseMAP problem
+        had a single structure: the sparsest the alignment can be, ``(m + n) / 2mn`` a pair for
+        the sequence, ``min(m, n) / mn`` for the matching; NaN for the softmax) and
+        ``sparsemap_unfinished`` (problems the solver did not finish within ``max_iter``).
+    """
+    reader = AlignmentReader(model, vocabulary)
+    read = reader.read(list(pairs), batch_size)
+    sizes = np.array([(len(pair.premise), len(pair.hypothesis)) for pair in pairs], float).reshape(-1, 2)
+    one_structure = {
+        "sequence": sizes.sum(axis=1),
+        "matching": 2 * sizes.min(axis=1),
+    }.get(reader.alignment.attention)
+    gold = np.array([pair.label_id for pair in pairs])
+    predicted = np.array(read["predictions"])
+    structures = [float(np.mean(row)) for row in read["structures"] if row]
+    by_label = {
+        label: float(100 * np.mean(predicted[gold == k] == k)) if np.any(gold == k) else math.nan
+        for k, label in enumerate(LABELS)
+    }
+    return {
+        "accuracy": float(100 * np.mean(predicted == gold)),
+        "pairs": len(pairs),
+        "accuracy_by_label": by_label,
+        "alignment_nonzero_percent": float(100 * np.sum(read["nonzero"]) / np.sum(read["entries"])),
+        "structures_per_pair": structures,
+        "mean_structures": float(np.mean(structures)) if structures else math.nan,
+        "one_structure_nonzero_percent": (
+            math.nan if one_structure is None else float(100 * one_structure.sum() / np.sum(read["entries"]))
+        ),
+        "sparsemap_unfinished": int(sum(not flag for row in read["converged"] for flag in row)),
+    }
+
+
+# -------------------------------------------------------------------------------------------- training
+
+
+class _ProgressBar(keras.callbacks.Callback):
+    """A tqdm bar over the batches of one epoch, with the running loss."""
+
+    def __init__(self, epoch: int, epochs: int, batches: int):
+        super().__init__()
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.bar.update(1)
+        if logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")
+
+    def on_train_end(self, logs=None):
+        self.bar.close()
+
+
+def _read_config(logdir: pathlib.Path) -> NLIConfig:
+    return NLIConfig(**json.loads((logdir / "config.json").read_text()))
+
+
+def _finished(config: NLIConfig, state: dict) -> bool:
+    """Whether the loop is over: all epochs run, or early stopping after ``min_epochs``."""
+    if state["epoch"] >= config.epochs:
+        return True
+    return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
+
+
+def _check_logdir(logdir: pathlib.Path, config: NLIConfig, resume: bool) -> dict | None:
+    """The loop state to resume from (None: a fresh start), after refusing to mix runs.
+
+    A resumed run keeps its settings, except that a larger training budget (``epochs``,
+    ``patience``, ``min_epochs``) extends it, finished or not.
+    """
+    state_path = logdir / "checkpoint" / "state.json"
+    if resume:
+        if not state_path.exists():
+            raise FileNotFoundError(
+                f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}"
+            )
+        stored = _read_config(logdir)
+        differences = {
+            field.name: (getattr(stored, field.name), getattr(config, field.name))
+            for field in dataclasses.fields(NLIConfig)
+            if getattr(stored, field.name) != getattr(config, field.name)
+        }
+        refused = {
+            name: values
+            for name, values in differences.items()
+            if name not in _BUDGET_FIELDS or values[1] < values[0]
+        }
+        if refused:
+            raise ValueError(
+                "--resume continues a run with its own settings (only a larger epochs, patience or "
+                f"min_epochs extends it); these differ (stored, given): {refused}. "
+                f"Received: logdir={str(logdir)!r}"
+            )
+        if differences:
+            _write_json(logdir / "config.json", dataclasses.asdict(config))
+            (logdir / "final.json").unlink(missing_ok=True)
+        return json.loads(state_path.read_text())
+    held = [name for name in _RUN_FILES if (logdir / name).exists()]
+    if held:
+        raise FileExistsError(
+            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
+            f"choose another logdir. Received: logdir={str(logdir)!r}"
+        )
+    return None
+
+
+def _compile(model: keras.Model, config: NLIConfig) -> None:
+    model.compile(
+        keras.optimizers.SGD(config.learning_rate, global_clipnorm=config.clipnorm),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=False,  # the SparseMAP layers call Python oracles; the softmax runs alike
+    )
+
+
+def _truncate_progress(logdir: pathlib.Path, epochs: int) -> None:
+    """Drop log rows of epochs after the checkpoint (written before a crash)."""
+    with open(logdir / "progress.csv", newline="") as handle:
+        rows = list(csv.reader(handle))
+    with open(logdir / "progress.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([rows[0]] + [row for row in rows[1:] if int(row[0]) <= epochs])
+
+
+def train(
+    config: NLIConfig, logdir, resume: bool = False, quiet: bool = False, time_limit: float | None = None
+) -> dict:
+    """Train ESIM with ``config`` into ``logdir``, one ``model.fit`` epoch at a time.
+
+    Args:
+        config: the run's settings.
+        logdir: the run directory: empty (or missing) for a new run.
+        resume: continue the run in ``logdir`` (same settings; a larger budget extends it).
+        quiet: no progress bar or per-epoch lines.
+        time_limit: minutes after which no new epoch starts (None: no limit). The run then
+            stops with a checkpoint and without ``final.json``, to be resumed later.
+
+    Returns:
+        The summary written to ``final.json`` when training ended, with ``finished`` False
+        (and no file) when the time limit stopped it first.
+    """
+    invocation_start = time.perf_counter()
+    logdir = pathlib.Path(logdir)
+    state = _check_logdir(logdir, config, resume)
+    data = read_sick(config.data, ("train", "trial"))
+    train_pairs, trial = data["train"][: config.max_train_pairs], data["trial"][: config.max_trial_pairs]
+    logdir.mkdir(parents=True, exist_ok=True)
+    checkpoint = logdir / "checkpoint"
+    if state is None:
+        keras.utils.set_random_seed(config.seed)
+        vocabulary = Vocabulary.from_pairs(train_pairs, config.min_count)
+        _write_json(logdir / "config.json", dataclasses.asdict(config))
+        _write_json(logdir / "vocabulary.json", vocabulary.get_config())
+        model = build_esim(
+            vocabulary.num_words,
+            config.attention,
+            config.embedding_dim,
+            config.units,
+            config.dropout,
+            seed=config.seed,
+            max_iter=config.max_iter,
+        )
+        _compile(model, config)
+        state = {
+            "epoch": 0,
+            "best_accuracy": -1.0,
+            "best_epoch": -1,
+            "bad_epochs": 0,
+            "train_seconds": 0.0,
+            "learning_rate": config.learning_rate,
+        }
+        with open(logdir / "progress.csv", "w", newline="") as handle:
+            csv.writer(handle).writerow(PROGRESS_COLUMNS)
+    else:
+        vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+        model = keras.models.load_model(checkpoint / "model.keras")
+        _truncate_progress(logdir, state["epoch"])
+    if not quiet:
+        print(
+            f"{len(train_pairs)} training pairs, {len(trial)} trial pairs, {vocabulary.num_words} word ids; "
+            f"attention {config.attention}; from epoch {state['epoch'] + 1}",
+            flush=True,
+        )
+    batches = -(-len(train_pairs) // config.batch_size)
+    while not _finished(config, state):
+        epoch = state["epoch"]
+        seed = _epoch_seed(config.seed, epoch)
+        dataset = make_dataset(train_pairs, vocabulary, config.batch_size, shuffle=True, seed=seed)
+        # Not keras.utils.set_random_seed: a new global TensorFlow seed retraces the training function.
+        _reseed_dropout(model, seed)
+        model.optimizer.learning_rate.assign(state["learning_rate"])
+        callbacks = [] if quiet else [_ProgressBar(epoch, config.epochs, batches)]
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SparseMAPConvergenceWarning)
+            history = model.fit(
+                dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks, shuffle=False
+            )
+        seconds = time.perf_counter() - start
+        unfinished = sum(issubclass(w.category, SparseMAPConvergenceWarning) for w in caught)
+        for other in (w for w in caught if not issubclass(w.category, SparseMAPConvergenceWarning)):
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+        scores = evaluate_pairs(model, vocabulary, trial, 2 * config.batch_size)
+        row = {
+            "epoch": epoch + 1,
+            "learning_rate": state["learning_rate"],
+            "loss": float(history.history["loss"][-1]),
+            "train_accuracy": 100 * float(history.history["accuracy"][-1]),
+            "trial_accuracy": scores["accuracy"],
+            "alignment_nonzero_percent": scores["alignment_nonzero_percent"],
+            "structures_per_pair": scores["mean_structures"],
+            "unfinished_train_batches": unfinished,
+            "epoch_seconds": seconds,
+            "train_steps_per_s": batches / seconds,
+        }
+        with open(logdir / "progress.csv", "a", newline="") as handle:
+            csv.writer(handle).writerow([row[column] for column in PROGRESS_COLUMNS])
+        if scores["accuracy"] > state["best_accuracy"]:
+            state.update(best_accuracy=scores["accuracy"], best_epoch=epoch + 1, bad_epochs=0)
+            model.save(logdir / "best.keras")
+        else:
+            state["bad_epochs"] += 1
+            state["learning_rate"] *= config.learning_rate_decay
+        state["epoch"] = epoch + 1
+        state["train_seconds"] += seconds
+        checkpoint.mkdir(exist_ok=True)
+        model.save(checkpoint / "model.keras")
+        _write_json(checkpoint / "state.json", state)
+        if not quiet:
+            print(
+                f"epoch {epoch + 1}: loss {row['loss']:.4f}, trial accuracy {row['trial_accuracy']:.2f}, "
+                f"{row['alignment_nonzero_percent']:.1f}% nonzero attention, "
+                f"{row['structures_per_pair']:.2f} structures per pair, "
+                f"{row['train_steps_per_s']:.2f} steps/s",
+                flush=True,
+            )
+        if time_limit is not None and time.perf_counter() - invocation_start >= 60 * time_limit:
+            break
+    finished = _finished(config, state)
+    summary = {
+        "finished": finished,
+        "best_epoch": state["best_epoch"],
+        "trial_accuracy": state["best_accuracy"],
+        "train_seconds": state["train_seconds"],
+        "epochs_run": state["epoch"],
+        "stopped_early": state["epoch"] < config.epochs,
+        "train_pairs": len(train_pairs),
+        "final_learning_rate": state["learning_rate"],
+    }
+    if finished:
+        _write_json(logdir / "final.json", summary)
+    return summary
+
+
+# ------------------------------------------------------------------------------------ after training
+
+
+def load_run(logdir) -> tuple[keras.Model, Vocabulary, NLIConfig]:
+    """The best model of a run, its vocabulary and its configuration."""
+    logdir = pathlib.Path(logdir)
+    if not (logdir / "best.keras").exists():
+        raise FileNotFoundError(
+            f"No trained model (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
+        )
+    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+    return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir)
+
+
+def evaluate(logdir, split: str = "test", max_pairs: int | None = None) -> dict:
+    """Accuracy and alignment sparsity (:func:`evaluate_pairs`) of a run's best model on
+    ``split`` (its first ``max_pairs`` pairs; None: all); also written to ``eval_{split}.json``."""
+    check_integer("max_pairs", max_pairs, minimum=1, allow_none=True)
+    logdir = pathlib.Path(logdir)
+    model, vocabulary, config = load_run(logdir)
+    pairs = read_sick(config.data, (split,))[split][:max_pairs]
+    result = evaluate_pairs(model, vocabulary, pairs, 2 * config.batch_size)
+    result.update(split=split, attention=config.attention)
+    _write_json(logdir / f"eval_{split}.json", result)
+    return result
+
+
+def figure_pairs(
+    pairs: Sequence[Pair], labels: Sequence[str] = ("entailment", "contradiction")
+) -> list[Pair]:
+    """The pairs drawn by default (the paper's Figure 5): for each label, the first pair whose
+    sentences differ and both have 5 to 9 tokens (short enough for readable heatmaps), or
+    failing that the first pair of the label; labels without a pair are left out."""
+    chosen = []
+    for label in labels:
+        candidates = [pair for pair in pairs if pair.label == label]
+        readable = [
+            pair
+            for pair in candidates
+            if 5 <= min(len(pair.premise), len(pair.hypothesis))
+            and max(len(pair.premise), len(pair.hypothesis)) <= 9
+            and pair.premise != pair.hypothesis
+        ]
+        chosen += (readable or candidates)[:1]
+    return chosen
+
+
+def alignments(logdir, split: str = "test", pair_ids: Sequence[int] | None = None) -> dict:
+    """The attention matrices of a run's best model on some pairs of ``split``.
+
+    Args:
+        logdir: the run.
+        split: the SICK split.
+        pair_ids: SICK ``pair_id`` values (None: :func:`figure_pairs`).
+
+    Returns:
+        A JSON-able dict: ``attention``, ``split`` and ``pairs``, a list of dicts with
+        ``pair_id``, ``label``, ``predicted``, ``premise`` and ``hypothesis`` tokens,
+        ``p2h`` ``(m, n)`` and ``h2p`` ``(n, m)`` nested lists and ``structures`` (per
+        SparseMAP problem).
+    """
+    model, vocabulary, config = load_run(logdir)
+    pairs = read_sick(config.data, (split,))[split]
+    if pair_ids is None:
+        chosen = figure_pairs(pairs)
+    else:
+        by_id = {pair.pair_id: pair for pair in pairs}
+        missing = [i for i in pair_ids if i not in by_id]
+        if missing:
+            raise ValueError(f"pair_ids must be pair_id values of the {split} split. Received: {missing}")
+        chosen = [by_id[i] for i in pair_ids]
+    read = AlignmentReader(model, vocabulary).read(chosen, matrices=True)
+    return {
+        "attention": config.attention,
+        "split": split,
+        "pairs": [
+            {
+                "pair_id": pair.pair_id,
+                "label": pair.label,
+                "predicted": LABELS[predicted],
+                "premise": list(pair.premise),
+                "hypothesis": list(pair.hypothesis),
+                "p2h": np.round(p2h, 6).tolist(),
+                "h2p": np.round(h2p, 6).tolist(),
+                "structures": structures,
+            }
+            for pair, predicted, p2h, h2p, structures in zip(
+                chosen, read["predictions"], read["p2h"], read["h2p"], read["structures"], strict=True
+            )
+        ],
+    }

@@ -1,0 +1,191 @@
+"""Training from the command line on tiny synthetic pairs: exact resume, the learning-rate decay,
+runs never mixed, evaluation, alignment read-out, step timing, figures and a light ``--help``."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_structured.nli.__main__ import main
+from keras_structured.nli.figures import plot_alignments
+from keras_structured.nli.training import NLIConfig, _check_logdir, _finished
+
+SIZES = ["--embedding-dim", "8", "--units", "6"]
+pytestmark = pytest.mark.filterwarnings("ignore::keras_structured.engine.SparseMAPConvergenceWarning")
+
+
+def write_pairs(path: pathlib.Path, counts=(("train", 24), ("trial", 10), ("test", 10)), seed: int = 0):
+    """A SICK-like file of short pairs whose labels follow from the words (so a model can learn)."""
+    rng = np.random.default_rng(seed)
+    subjects, verbs, places = ("man", "woman", "dog", "boy"), ("plays", "runs", "sleeps"), ("park", "house")
+    rows, pair_id = [], 1
+    for split, count in counts:
+        for k in range(count):
+            subject, verb, place = rng.choice(subjects), rng.choice(verbs), rng.choice(places)
+            premise = f"A {subject} {verb} in the {place}"
+            label = ("entailment", "contradiction", "neutral")[k % 3]
+            hypothesis = {
+                "entailment": f"A {subject} {verb} in a {place}",
+                "contradiction": f"No {subject} {verb} in the {place}",
+                "neutral": f"A {subject} {verb} happily in a big {place}",
+            }[label]
+            rows.append(f"{pair_id}\t{premise}\t{hypothesis}\t{label}\t{split}")
+            pair_id += 1
+    path.write_text("pair_id\tsentence_a\tsentence_b\tlabel\tsplit\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _train_args(data, logdir, *extra):
+    return [
+        "train",
+        "--data",
+        str(data),
+        "--logdir",
+        str(logdir),
+        "--attention",
+        "sequence",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--learning-rate",
+        "0.5",
+        "--quiet",
+        *SIZES,
+        *extra,
+    ]
+
+
+def _progress(logdir) -> list[dict]:
+    with open(logdir / "progress.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys):
+    tf.config.experimental.enable_op_determinism()
+    data = write_pairs(tmp_path / "pairs.tsv")
+    main(_train_args(data, tmp_path / "whole"))
+    for _ in range(2):  # one epoch per invocation, as a session's time limit would stop it
+        resume = ["--resume"] if (tmp_path / "parts" / "checkpoint").exists() else []
+        main(_train_args(data, tmp_path / "parts", "--time-limit", "0", *resume))
+        if (tmp_path / "parts" / "final.json").exists():
+            break
+    whole, parts = _progress(tmp_path / "whole"), _progress(tmp_path / "parts")
+    assert [row["epoch"] for row in parts] == ["1", "2"]
+    for a, b in zip(whole, parts, strict=True):
+        for column in ("loss", "trial_accuracy", "learning_rate", "alignment_nonzero_percent"):
+            np.testing.assert_allclose(float(a[column]), float(b[column]), rtol=1e-5, err_msg=column)
+        assert float(b["structures_per_pair"]) >= 1 and float(b["train_steps_per_s"]) > 0
+    # The learning rate is multiplied by 0.9 after an epoch whose trial accuracy is not the best.
+    first, second = parts
+    improved = float(first["trial_accuracy"]) > -1.0  # the first epoch is always the best so far
+    assert improved and float(second["learning_rate"]) == float(first["learning_rate"])
+    state = json.loads((tmp_path / "parts" / "checkpoint" / "state.json").read_text())
+    decayed = float(second["trial_accuracy"]) <= float(first["trial_accuracy"])
+    np.testing.assert_allclose(state["learning_rate"], 0.5 * (0.9 if decayed else 1.0), rtol=1e-12)
+    final = json.loads((tmp_path / "parts" / "final.json").read_text())
+    assert final["epochs_run"] == 2 and final["finished"]
+
+    # Runs are never mixed (a larger budget extending a finished run: see the next test).
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        main(_train_args(data, tmp_path / "parts"))
+    with pytest.raises(ValueError, match=r"attention.*Received: logdir="):
+        main(_train_args(data, tmp_path / "parts", "--resume") + ["--attention", "matching"])
+    with pytest.raises(ValueError, match=r"'epochs': \(2, 1\)"):
+        main(_train_args(data, tmp_path / "parts", "--resume", "--epochs", "1"))
+    with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
+        main(_train_args(data, tmp_path / "empty", "--resume"))
+
+    capsys.readouterr()
+    main(["evaluate", "--logdir", str(tmp_path / "parts"), "--split", "test", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["pairs"] == 10 and len(result["structures_per_pair"]) == 10
+    assert 0 <= result["accuracy"] <= 100 and result["mean_structures"] >= 1
+    assert 0 < result["alignment_nonzero_percent"] <= 100
+    assert json.loads((tmp_path / "parts" / "eval_test.json").read_text())["accuracy"] == result["accuracy"]
+
+    output, png = tmp_path / "align.json", tmp_path / "align.png"
+    main(["align", "--logdir", str(tmp_path / "parts"), "--output", str(output), "--png", str(png)])
+    pairs = json.loads(output.read_text())["pairs"]
+    assert [pair["label"] for pair in pairs] == ["entailment", "contradiction"]
+    for pair in pairs:
+        p2h = np.array(pair["p2h"])
+        assert p2h.shape == (len(pair["premise"]), len(pair["hypothesis"]))
+        np.testing.assert_allclose(p2h.sum(axis=1), 1.0, atol=1e-5)
+    assert png.with_name("align_0.png").stat().st_size > 0 and png.with_name("align_1.png").is_file()
+
+    timing_file = tmp_path / "timing.json"
+    main(["time", "--logdir", str(tmp_path / "whole"), "--steps", "1", "--output", str(timing_file)])
+    timing = json.loads(timing_file.read_text())[str(tmp_path / "whole")]
+    assert timing["attention"] == "sequence" and timing["steps"] == 1 and timing["median_step_s"] > 0
+
+
+def test_a_larger_budget_extends_a_finished_run(tmp_path):
+    config = NLIConfig(data="unused.tsv", epochs=2)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.json").write_text(json.dumps({"epoch": 2, "bad_epochs": 0}))
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    (tmp_path / "final.json").write_text("{}")
+    longer = dataclasses.replace(config, epochs=4, patience=6)
+    assert _check_logdir(tmp_path, longer, resume=True)["epoch"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["epochs"] == 4
+    assert not (tmp_path / "final.json").exists() and not _finished(longer, {"epoch": 2, "bad_epochs": 0})
+    with pytest.raises(ValueError, match=r"'patience': \(6, 5\)"):
+        _check_logdir(tmp_path, dataclasses.replace(longer, patience=5), resume=True)
+
+
+@pytest.mark.parametrize(
+    "epoch, bad_epochs, finished",
+    [(2, 5, False), (4, 5, True), (4, 4, False), (10, 0, True)],
+)
+def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, finished):
+    config = NLIConfig(epochs=10, patience=5, min_epochs=4)
+    assert _finished(config, {"epoch": epoch, "bad_epochs": bad_epochs}) is finished
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="Received: attention='dense'"):
+        NLIConfig(attention="dense")
+    with pytest.raises(ValueError, match="Received: learning_rate_decay=1.5"):
+        NLIConfig(learning_rate_decay=1.5)
+    with pytest.raises(ValueError, match="Received: max_trial_pairs=0"):
+        NLIConfig(max_trial_pairs=0)
+
+
+def test_alignment_figure(tmp_path):
+    eye = np.eye(3)
+    models = {"softmax": (np.full((3, 3), 1 / 3), np.full((3, 3), 1 / 3)), "matching": (eye, eye)}
+    path = plot_alignments(
+        ["a", "dog", "runs"], ["a", "dog", "sleeps"], models, tmp_path / "f" / "pair.png", "t"
+    )
+    assert path.stat().st_size > 0
+    with pytest.raises(ValueError, match=r"matching p2h must have .* Received: matching p2h.shape=\(2, 3\)"):
+        plot_alignments(["a", "dog", "runs"], ["a", "dog", "sleeps"], {"matching": (eye[:2], eye)}, path)
+
+
+def test_help_does_not_import_tensorflow():
+    """The CLI module itself imports no TensorFlow (``python -m`` imports the
+    ``keras_structured`` package first, which does)."""
+    cli = pathlib.Path(main.__code__.co_filename)
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('nli_cli', {str(cli)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "try:\n"
+        "    module.main(['train', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--attention {softmax,sequence,matching}" in result.stdout and "--time-limit" in result.stdout
