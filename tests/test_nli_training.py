@@ -12,7 +12,6 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_structured.nli.__main__ import main
 from keras_structured.nli.figures import plot_alignments
@@ -69,8 +68,7 @@ def _progress(logdir) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys):
-    tf.config.experimental.enable_op_determinism()
+def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     data = write_pairs(tmp_path / "pairs.tsv")
     main(_train_args(data, tmp_path / "whole"))
     for _ in range(2):  # one epoch per invocation, as a session's time limit would stop it

@@ -139,8 +139,7 @@ def _progress(logdir) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys):
-    tf.config.experimental.enable_op_determinism()
+def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     treebank = _treebank(tmp_path)
     main(_arguments(treebank, tmp_path / "whole"))
     for _ in range(3):  # one epoch per invocation, as a session limit would stop it

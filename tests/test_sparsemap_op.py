@@ -67,6 +67,21 @@ def test_sequence_wrapper_broadcasts_transitions_and_start_end():
         np.testing.assert_allclose(t, n, atol=1e-6)
 
 
+def test_sequence_wrapper_with_unknown_label_count_under_tf_function():
+    rng = np.random.default_rng(6)
+    unary = rng.normal(size=(2, 4, 3))
+    transitions, start, end = rng.normal(size=(3, 3)), rng.normal(size=3), rng.normal(size=3)
+    signature = [tf.TensorSpec([None] * rank, tf.float64) for rank in (3, 2, 1)]
+
+    @tf.function(input_signature=signature)
+    def run(unary, transitions, start):
+        return ks.sparsemap_sequence(unary, transitions, start=start, end=end, tol=1e-12)
+
+    eager = ks.sparsemap_sequence(unary, transitions, start=start, end=end, tol=1e-12)
+    for traced, expected in zip(run(unary, transitions, start), eager, strict=True):
+        np.testing.assert_allclose(traced.numpy(), expected.numpy(), atol=1e-12)
+
+
 def test_tf_function_static_shapes_and_info():
     @tf.function
     def run(unary, transitions):

@@ -78,14 +78,14 @@ def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
         if scores is None:
             continue
         scores = tf.cast(tf.convert_to_tensor(scores), unary.dtype)
-        if scores.shape[-1] != num_labels or scores.shape.rank not in (1, 2):
+        if scores.shape.rank not in (1, 2) or not scores.shape[-1:].is_compatible_with([num_labels]):
             raise ValueError(
                 f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
                 f"Received: shape={scores.shape}"
             )
         at_position = tf.one_hot(position, shape[1], dtype=unary.dtype)
         at_position = tf.reshape(at_position, [-1, shape[1], 1])
-        unary = unary + tf.reshape(scores, [-1, 1, num_labels]) * at_position
+        unary = unary + tf.reshape(scores, tf.stack([-1, 1, shape[2]])) * at_position
     return unary
 
 

@@ -319,7 +319,8 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
         raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={unary.shape}")
     transitions = tf.cast(tf.convert_to_tensor(transitions), unary.dtype)
     num_labels = unary.shape[-1]
-    if transitions.shape.rank not in (2, 3, 4) or transitions.shape[-2:] != (num_labels, num_labels):
+    square = transitions.shape[-2:].is_compatible_with([num_labels] * 2)
+    if transitions.shape.rank not in (2, 3, 4) or not square:
         raise ValueError(
             f"transitions must have shape (K, K), (batch, K, K) or (batch, n - 1, K, K) with K={num_labels}. "
             f"Received: transitions.shape={transitions.shape}"
