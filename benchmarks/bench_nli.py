@@ -29,8 +29,8 @@ widened by a factor of 2 beyond it (at most :data:`MAX_WIDENINGS` times). The ot
 then run at the chosen rate. ``--quick`` is a smoke test of minutes: 1,000 training pairs,
 100 trial pairs, 2 epochs, one rate (2^-3), seed 0, test accuracy on 300 test pairs.
 
-This script imports its sibling ``bench_rl.py`` (JSON, logging and CSV helpers): run it as
-``python benchmarks/bench_nli.py``.
+This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
+that the runners share): run it as ``python benchmarks/bench_nli.py``.
 
 Example:
     python benchmarks/bench_nli.py run --quick
@@ -42,13 +42,8 @@ Example:
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
-import json
 import math
-import os
-import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -57,7 +52,33 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_rl import _fmt, _log, _read_json, _write_json, read_progress, subprocess_env
+from resumable_runs import (
+    FINAL_FILE,
+    PLAN_FILE,
+    FinishedRun,
+    GridChoice,
+    RecordedOptions,
+    RunPlan,
+    add_grid_options,
+    add_run_options,
+    choose_on_grid,
+    execute_run,
+    finished_runs,
+    fmt,
+    jobs_env,
+    log_progress,
+    logdir_value,
+    mean_and_spread,
+    missing_run_lines,
+    print_dry_run,
+    read_json,
+    run_logdirs,
+    run_rounds,
+    runner_parser,
+    to_float,
+    write_plan,
+    write_results,
+)
 
 ATTENTIONS = ("softmax", "sequence", "matching")
 SPARSEMAP_ATTENTIONS = ("sequence", "matching")
@@ -74,24 +95,18 @@ ACCURACY_MARGIN = 2.0
 STEP_COST_TARGET = 1.5
 DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nli" / "sick.tsv").resolve()
 DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_nli"), Path("runs/bench_nli_quick")
-FINAL_FILE = "final.json"
 EVAL_FILE = "eval_test.json"
 ALIGN_FILE = "alignments_test.json"
 TIMING_FILE = "step_timing.json"
-STATE_FILE = "bench_state.json"
-TRAIN_LOG = "bench_train.log"
-PLAN_FILE = "bench_plan.json"
 CHECKPOINT_DIR = "checkpoint"
+#: The logdirs under the root, and the file of a checkpoint that can be resumed.
+LOGDIRS = "*/lr*/seed*"
+CHECKPOINT = f"{CHECKPOINT_DIR}/state.json"
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
 MAX_WIDENINGS = 2
 # Minutes after which a training process starts no new epoch (see execute).
 TIME_LIMIT_MINUTES = 40
 CLI = ("-m", "keras_structured.nli")
-
-
-def _lr(value: float) -> float:
-    """A learning rate as it reads back from its logdir name (``lr{value:g}``)."""
-    return float(f"{float(value):g}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +139,7 @@ class RunStatus:
 
 
 @dataclasses.dataclass(frozen=True)
-class SuiteConfig:
+class SuiteConfig(RecordedOptions):
     """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
 
     Every attention is tuned on ``learning_rates`` at the first seed; all ``seeds`` run at the
@@ -147,7 +162,7 @@ class SuiteConfig:
         if unknown:
             raise ValueError(f"attentions must be among {ATTENTIONS}. Received: {unknown}")
         object.__setattr__(
-            self, "learning_rates", tuple(dict.fromkeys(_lr(lr) for lr in self.learning_rates))
+            self, "learning_rates", tuple(dict.fromkeys(logdir_value(lr) for lr in self.learning_rates))
         )
 
     @property
@@ -155,22 +170,9 @@ class SuiteConfig:
         """Whether there is a learning rate to choose (more than one on the grid)."""
         return len(self.learning_rates) > 1
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able form."""
-        return {
-            field.name: list(value) if isinstance(value := getattr(self, field.name), tuple) else value
-            for field in dataclasses.fields(self)
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SuiteConfig:
-        """Inverse of :meth:`to_json`; unknown keys are ignored."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
-
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateChoice:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LearningRateChoice(GridChoice[RunSpec]):
     """The learning rate of one attention, chosen on the trial accuracy at the first seed.
 
     ``scores`` maps each learning rate whose tuning run has finished to its best trial
@@ -179,13 +181,11 @@ class LearningRateChoice:
     """
 
     attention: str
-    scores: dict[float, float]
-    learning_rate: float | None
-    missing: tuple[RunSpec, ...] = ()
 
-    def at_edge(self, grid: Sequence[float]) -> bool:
-        """Whether the choice is an end of a grid of several rates."""
-        return len(grid) > 1 and self.learning_rate in (min(grid), max(grid))
+    @property
+    def learning_rate(self) -> float | None:
+        """The chosen rate (:attr:`value`)."""
+        return self.value
 
 
 def choose_learning_rate(
@@ -193,19 +193,17 @@ def choose_learning_rate(
 ) -> LearningRateChoice:
     """Pick ``attention``'s learning rate: the best trial accuracy at ``seed``.
 
-    As in the paper, when the best rate is at an end of a grid of three rates or more, the
-    grid is widened by a factor of 2 beyond it (at most :data:`MAX_WIDENINGS` times): the
-    choice then waits for the tuning run at the new rate, which it lists as missing.
+    The paper's protocol (:func:`resumable_runs.choose_on_grid`): a best rate at an end of
+    the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times.
 
     Args:
         attention: the attention.
-        learning_rates: the grid; with a single rate it is chosen without any run.
+        learning_rates: the grid.
         seed: the seed of the tuning runs.
-        statuses: what each logdir holds (a run absent from it is not started).
+        statuses: what each logdir holds.
 
     Returns:
-        A :class:`LearningRateChoice`; its ``learning_rate`` is None until every tuning run
-        has finished.
+        A :class:`LearningRateChoice`, waiting (``learning_rate`` None) for ``missing``.
 
     Example:
         >>> done = lambda accuracy: RunStatus(finished=True, trial_accuracy=accuracy)
@@ -213,30 +211,17 @@ def choose_learning_rate(
         >>> choose_learning_rate("softmax", [0.25, 0.5], 0, statuses).learning_rate
         0.5
     """
-    grid = sorted(_lr(lr) for lr in learning_rates)
-    if len(grid) == 1:
-        return LearningRateChoice(attention, {}, grid[0])
-    widened = 0
-    while True:
-        scores, missing = {}, []
-        for lr in grid:
-            spec = RunSpec(attention, lr, seed)
-            status = statuses.get(spec, RunStatus())
-            if status.finished:
-                scores[lr] = status.trial_accuracy
-            else:
-                missing.append(spec)
-        if missing:
-            return LearningRateChoice(attention, scores, None, tuple(missing))
-        best = max(grid, key=lambda lr: (-math.inf if math.isnan(scores[lr]) else scores[lr], -lr))
-        if len(learning_rates) < 3 or widened == MAX_WIDENINGS or best not in (grid[0], grid[-1]):
-            return LearningRateChoice(attention, scores, best)
-        grid = [_lr(best / 2), *grid] if best == grid[0] else [*grid, _lr(best * 2)]
-        widened += 1
+    choice = choose_on_grid(
+        learning_rates,
+        lambda lr: [RunSpec(attention, lr, seed)],
+        {spec: status.trial_accuracy for spec, status in statuses.items() if status.finished},
+        MAX_WIDENINGS,
+    )
+    return LearningRateChoice(attention=attention, **vars(choice))
 
 
-@dataclasses.dataclass
-class Plan:
+@dataclasses.dataclass(kw_only=True)
+class Plan(RunPlan[RunSpec]):
     """The runs a suite needs as far as they are decided, split by what is left to do.
 
     ``runs`` holds the tuning runs and, for every attention whose learning rate is chosen,
@@ -246,22 +231,8 @@ class Plan:
     """
 
     config: SuiteConfig
-    runs: list[RunSpec]
     choices: dict[str, LearningRateChoice]
     chosen: dict[str, float]
-    waiting: list[str]
-    done: list[RunSpec]
-    evaluate: list[RunSpec]
-    resume: list[RunSpec]
-    start: list[RunSpec]
-
-    @property
-    def pending(self) -> list[RunSpec]:
-        """Runs with something left to do: those to evaluate or resume first, then the others in
-        plan order."""
-        todo = {*self.evaluate, *self.resume, *self.start}
-        ranked = [spec for spec in self.runs if spec in todo]
-        return sorted(ranked, key=lambda spec: spec in self.start)
 
     def figure_runs(self) -> dict[str, RunSpec]:
         """The first-seed run at the chosen rate of every attention whose rate is chosen."""
@@ -302,35 +273,24 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
             continue
         chosen[attention] = lr
         runs.update((RunSpec(attention, lr, s), None) for s in config.seeds)
-    plan = Plan(config, list(runs), choices, chosen, waiting, [], [], [], [])
+    plan = Plan(runs=list(runs), waiting=waiting, config=config, choices=choices, chosen=chosen)
     for spec in plan.runs:
         status = statuses.get(spec, RunStatus())
-        if status.finished:
-            (plan.done if status.evaluated else plan.evaluate).append(spec)
-        else:
-            (plan.resume if status.resumable else plan.start).append(spec)
+        plan.add(spec, finished=status.finished, evaluated=status.evaluated, resumable=status.resumable)
     return plan
 
 
 # ---------------------------------------------------------------------------------------------- disk
 
 
-def _float(value: Any) -> float:
-    """``float(value)``, NaN for None or junk."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def read_status(logdir: Path) -> RunStatus:
     """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint/state.json``, ``eval_test.json``."""
-    final = _read_json(logdir / FINAL_FILE)
+    final = read_json(logdir / FINAL_FILE)
     return RunStatus(
         finished=final is not None,
-        resumable=(logdir / CHECKPOINT_DIR / "state.json").is_file(),
+        resumable=(logdir / CHECKPOINT).is_file(),
         evaluated=(logdir / EVAL_FILE).is_file(),
-        trial_accuracy=_float((final or {}).get("trial_accuracy")),
+        trial_accuracy=to_float((final or {}).get("trial_accuracy")),
     )
 
 
@@ -339,7 +299,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
     try:
         attention, lr, seed = logdir.relative_to(root).parts
         if attention in ATTENTIONS and lr.startswith("lr") and seed.startswith("seed"):
-            return RunSpec(attention, _lr(float(lr[2:])), int(seed[4:]))
+            return RunSpec(attention, logdir_value(float(lr[2:])), int(seed[4:]))
     except ValueError:
         pass
     return None
@@ -347,12 +307,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
 
 def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
     """The status of every run directory under ``root``."""
-    statuses = {}
-    for logdir in sorted(root.glob("*/lr*/seed*")):
-        spec = parse_logdir(root, logdir)
-        if spec is not None and logdir.is_dir():
-            statuses[spec] = read_status(logdir)
-    return statuses
+    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -428,72 +383,28 @@ def run_commands(
     return steps
 
 
-def parse_json_output(stdout: str, key: str) -> dict[str, Any]:
-    """The last JSON line of a command's output holding ``key``."""
-    for line in reversed(stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and key in data:
-            return data
-    raise ValueError(f"no JSON line with {key!r} in the output")
-
-
-def _train(argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str]) -> int:
-    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
-    exit status. ``state`` (``bench_state.json``) accumulates the wall time and the sessions."""
-    if "--resume" not in argv and logdir.exists():
-        shutil.rmtree(logdir)  # partial run without a checkpoint: start afresh
-    (logdir / EVAL_FILE).unlink(missing_ok=True)  # the evaluation of a run being trained is stale
-    logdir.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(logdir / TRAIN_LOG, "a") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    state.update(
-        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
-        sessions=state["sessions"] + 1,
-        last_exit=code,
-        threads=int(env.get("OMP_NUM_THREADS", 0)),
-    )
-    _write_json(logdir / STATE_FILE, state)
-    return code
-
-
 def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
-    """Bring one run to completion (train or resume, then evaluate on test); ``True`` on success."""
+    """Bring one run to completion (train or resume, then evaluate on test); ``True`` on success.
+
+    Each training process starts no new epoch after :data:`TIME_LIMIT_MINUTES` minutes (a
+    checkpoint, no ``final.json``): a long run goes on in fresh processes
+    (:func:`resumable_runs.execute_run`). ``bench_state.json`` records the evaluation's wall
+    time as one number.
+    """
     logdir = spec.logdir(root)
     status = read_status(logdir)
-    state = _read_json(logdir / STATE_FILE) or {}
-    state = {"train_wall_s": 0.0, "sessions": 0, **state}
-    for kind, argv in run_commands(spec, status, config, data, root):
-        if kind == "train":
-            _log(f"{'resume' if '--resume' in argv else 'train'} {spec.name}")
-            code = _train([*argv, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
-            # Each process stops starting epochs after TIME_LIMIT_MINUTES (a checkpoint, no
-            # final.json): long runs go on in fresh processes.
-            while code == 0 and not (logdir / FINAL_FILE).is_file() and read_status(logdir).resumable:
-                _log(f"resume {spec.name} (time limit of the last process)")
-                resume = train_command(spec, config, data, root, resume=True)
-                code = _train([*resume, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"], logdir, state, env)
-            if code != 0 or not (logdir / FINAL_FILE).is_file():
-                _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
-                return False
-        else:
-            _log(f"evaluate {spec.name} on test")
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-            (logdir / "bench_eval_test.log").write_text(proc.stdout + proc.stderr)
-            if not (logdir / EVAL_FILE).is_file():  # the CLI writes it; fall back on its JSON line
-                try:
-                    _write_json(logdir / EVAL_FILE, parse_json_output(proc.stdout, "accuracy"))
-                except ValueError:
-                    _log(f"FAILED evaluating {spec.name} (exit {proc.returncode})")
-                    return False
-            state["eval_wall_s"] = round(time.perf_counter() - start, 3)
-            _write_json(logdir / STATE_FILE, state)
-    _log(f"done {spec.name} (train {state['train_wall_s'] / 60:.1f} min)")
-    return True
+    return execute_run(
+        spec.name,
+        logdir,
+        run_commands(spec, status, config, data, root),
+        env,
+        fresh=not status.resumable,
+        resume_argv=train_command(spec, config, data, root, resume=True),
+        checkpoint=CHECKPOINT,
+        eval_key="accuracy",
+        train_args=("--time-limit", f"{TIME_LIMIT_MINUTES:g}"),
+        eval_wall_by_split=False,
+    )
 
 
 def _ready(plan: Plan, root: Path) -> dict[str, Path]:
@@ -517,19 +428,19 @@ def inspect_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
     for attention, logdir in ready.items():
         if (logdir / ALIGN_FILE).is_file():
             continue
-        _log(f"align {attention} ({logdir})")
+        log_progress(f"align {attention} ({logdir})")
         proc = subprocess.run(align_command(logdir), capture_output=True, text=True, env=env)
         (logdir / "bench_align.log").write_text(proc.stdout + proc.stderr)
         if not (logdir / ALIGN_FILE).is_file():
-            _log(f"FAILED align {attention} (exit {proc.returncode})")
+            log_progress(f"FAILED align {attention} (exit {proc.returncode})")
             ok = False
     if set(ready) != set(plan.config.attentions):
         return ok
     logdirs = [ready[attention] for attention in plan.config.attentions]
-    timing = _read_json(root / TIMING_FILE)
+    timing = read_json(root / TIMING_FILE)
     if timing is not None and set(timing) == {str(logdir) for logdir in logdirs}:
         return ok
-    _log(f"time training steps of {', '.join(plan.config.attentions)} side by side")
+    log_progress(f"time training steps of {', '.join(plan.config.attentions)} side by side")
     proc = subprocess.run(
         time_command(logdirs, plan.config.timing_steps, root / TIMING_FILE),
         capture_output=True,
@@ -537,8 +448,8 @@ def inspect_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
         env=env,
     )
     (root / "bench_time.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or _read_json(root / TIMING_FILE) is None:
-        _log(f"FAILED timing (exit {proc.returncode}, see {root / 'bench_time.log'})")
+    if proc.returncode != 0 or read_json(root / TIMING_FILE) is None:
+        log_progress(f"FAILED timing (exit {proc.returncode}, see {root / 'bench_time.log'})")
         ok = False
     return ok
 
@@ -558,25 +469,26 @@ def describe_choices(plan: Plan) -> list[str]:
         if choice.learning_rate is None:
             lines.append(f"{attention}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
         else:
-            edge = " (at an end of the widened grid)" if choice.at_edge(list(choice.scores)) else ""
+            edge = " (at an end of the widened grid)" if choice.at_edge() else ""
             score = choice.scores.get(choice.learning_rate, math.nan)
-            lines.append(f"{attention}: lr {choice.learning_rate:g}{edge}, trial accuracy {_fmt(score, 2)}")
+            lines.append(f"{attention}: lr {choice.learning_rate:g}{edge}, trial accuracy {fmt(score, 2)}")
     return lines
 
 
-def _write_plan_file(root: Path, plan: Plan) -> None:
+def _replan(config: SuiteConfig, root: Path) -> Plan:
+    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
+    plan = plan_suite(config, scan_statuses(root))
     chosen = [
         {"attention": attention, "learning_rate": choice.learning_rate, "scores": choice.scores}
         for attention, choice in plan.choices.items()
     ]
-    root.mkdir(parents=True, exist_ok=True)
-    _write_json(root / PLAN_FILE, {"config": plan.config.to_json(), "choices": chosen})
+    write_plan(root, {"config": plan.config.to_json(), "choices": chosen})
+    return plan
 
 
 def read_config(root: Path) -> SuiteConfig:
     """The suite options recorded by the last ``run`` in ``{root}/bench_plan.json`` (defaults without)."""
-    recorded = _read_json(root / PLAN_FILE)
-    return SuiteConfig.from_json(recorded["config"]) if recorded and "config" in recorded else SuiteConfig()
+    return SuiteConfig.recorded(root, "config")
 
 
 def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
@@ -590,81 +502,44 @@ def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[
     Returns:
         True when every planned run is finished and evaluated and the inspections succeeded.
     """
-    attempted: set[RunSpec] = set()
-    ok = True
-    while True:
-        plan = plan_suite(config, scan_statuses(root))
-        _write_plan_file(root, plan)
-        todo = [spec for spec in plan.pending if spec not in attempted]
-        if not todo:
-            break
-        attempted.update(todo)
-        _log(f"round: {len(todo)} runs ({len(plan.done)} done, {len(plan.waiting)} attentions waiting)")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(execute, spec, config, data, root, env) for spec in todo]
-            try:
-                ok = all([future.result() for future in futures]) and ok
-            except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    plan, ok = run_rounds(
+        lambda: _replan(config, root),
+        lambda spec: execute(spec, config, data, root, env),
+        jobs,
+        waiting="attentions waiting",
+    )
     ok = inspect_runs(plan, root, env) and ok
     for line in describe_choices(plan):
-        _log(line)
-    return ok and not plan.pending and not plan.waiting
+        log_progress(line)
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------- report
 
 
 @dataclasses.dataclass
-class RunResult:
-    """A finished run (``final.json``) as read back from its logdir."""
+class RunResult(FinishedRun):
+    """A finished run (``final.json``) as read back from its logdir, with its test evaluation."""
 
     spec: RunSpec
-    final: dict[str, Any]
     evaluation: dict[str, Any]
-    state: dict[str, Any]
-    config: dict[str, Any]
-    progress: dict[str, np.ndarray]
 
     def column(self, name: str) -> np.ndarray:
-        """A ``progress.csv`` column as floats (empty when absent)."""
-        values = self.progress.get(name, np.array([]))
+        """The finite values of a ``progress.csv`` column (empty when absent)."""
+        values = super().column(name)
         return values[np.isfinite(values)]
 
     def test(self, key: str) -> float:
         """``eval_test.json``'s ``key`` (NaN when not evaluated)."""
-        return _float(self.evaluation.get(key))
+        return to_float(self.evaluation.get(key))
 
 
 def load_runs(root: Path) -> list[RunResult]:
     """Every finished run (``final.json`` readable) under ``root``."""
-    runs = []
-    for final_path in sorted(root.glob(f"*/lr*/seed*/{FINAL_FILE}")):
-        logdir = final_path.parent
-        spec, final = parse_logdir(root, logdir), _read_json(final_path)
-        if spec is None or final is None:
-            continue
-        progress = read_progress(logdir / "progress.csv") if (logdir / "progress.csv").is_file() else {}
-        runs.append(
-            RunResult(
-                spec=spec,
-                final=final,
-                evaluation=_read_json(logdir / EVAL_FILE) or {},
-                state=_read_json(logdir / STATE_FILE) or {},
-                config=_read_json(logdir / "config.json") or {},
-                progress=progress,
-            )
-        )
-    return runs
-
-
-def mean_and_spread(values: Sequence[float]) -> tuple[float, float, int]:
-    """``(mean, (max - min) / 2, count)`` of the finite values; NaNs for none."""
-    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if finite.size == 0:
-        return math.nan, math.nan, 0
-    return float(finite.mean()), float(finite.max() - finite.min()) / 2, int(finite.size)
+    return [
+        RunResult(**fields, evaluation=read_json(logdir / EVAL_FILE) or {})
+        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
+    ]
 
 
 def _cell(values: Sequence[float], expected: int, digits: int = 2) -> str:
@@ -702,7 +577,7 @@ def step_cost_ratios(timing: Mapping[str, Mapping[str, Any]] | None) -> dict[str
         {'sequence': 1.25}
     """
     by_attention = {
-        entry.get("attention"): _float(entry.get("median_step_s")) for entry in (timing or {}).values()
+        entry.get("attention"): to_float(entry.get("median_step_s")) for entry in (timing or {}).values()
     }
     softmax = by_attention.get("softmax", math.nan)
     return {
@@ -739,12 +614,12 @@ def _main_table(plan: Plan, groups: dict[str, list[RunResult]], ratios: dict[str
             f"{plan.chosen[attention]:g}",
             _cell([r.test("accuracy") for r in group], expected),
             _cell([r.test("alignment_nonzero_percent") for r in group], expected, 1),
-            _fmt(mean_and_spread([r.test("one_structure_nonzero_percent") for r in group])[0], 1),
+            fmt(mean_and_spread([r.test("one_structure_nonzero_percent") for r in group])[0], 1),
             _cell([r.test("mean_structures") for r in group], expected) if attention != "softmax" else "n/a",
-            _fmt(_median(group, "epoch_seconds"), 1),
-            _fmt(speed, 2),
-            "1" if attention == "softmax" else _fmt(ratios.get(attention, math.nan), 2),
-            "1" if attention == "softmax" else _fmt(runs_ratio, 2),
+            fmt(_median(group, "epoch_seconds"), 1),
+            fmt(speed, 2),
+            "1" if attention == "softmax" else fmt(ratios.get(attention, math.nan), 2),
+            "1" if attention == "softmax" else fmt(runs_ratio, 2),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -794,7 +669,7 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
     seed = plan.config.seeds[0]
     rates = sorted({*plan.config.learning_rates, *(r.spec.learning_rate for r in runs)})
     trial = {
-        (r.spec.attention, r.spec.learning_rate): _float(r.final.get("trial_accuracy"))
+        (r.spec.attention, r.spec.learning_rate): to_float(r.final.get("trial_accuracy"))
         for r in runs
         if r.spec.seed == seed
     }
@@ -808,7 +683,7 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         cells = []
         for lr in rates:
             value = trial.get((attention, lr))
-            text = "–" if value is None else _fmt(value, 2)
+            text = "–" if value is None else fmt(value, 2)
             cells.append(f"**{text}**" if plan.chosen.get(attention) == lr and value is not None else text)
         lines.append(f"| {attention} | {' | '.join(cells)} |")
     return lines
@@ -826,25 +701,23 @@ def _runs_table(runs: list[RunResult]) -> list[str]:
         f = run.final
         lines.append(
             f"| {run.spec.name} | {f.get('epochs_run', 'n/a')} | {f.get('best_epoch', 'n/a')} "
-            f"| {_fmt(_float(f.get('trial_accuracy')), 2)} | {_fmt(run.test('accuracy'), 2)} "
-            f"| {_fmt(run.test('alignment_nonzero_percent'), 1)} | {_fmt(run.test('mean_structures'), 2)} "
+            f"| {fmt(to_float(f.get('trial_accuracy')), 2)} | {fmt(run.test('accuracy'), 2)} "
+            f"| {fmt(run.test('alignment_nonzero_percent'), 1)} | {fmt(run.test('mean_structures'), 2)} "
             f"| {run.evaluation.get('sparsemap_unfinished', 'n/a')} "
-            f"| {_fmt(_median([run], 'epoch_seconds'), 1)} "
-            f"| {_fmt(_float(run.state.get('train_wall_s')) / 60, 1)} |"
+            f"| {fmt(_median([run], 'epoch_seconds'), 1)} "
+            f"| {fmt(to_float(run.state.get('train_wall_s')) / 60, 1)} |"
         )
     return lines
 
 
 def _missing_lines(plan: Plan) -> list[str]:
-    lines = [f"- `{spec.name}`: trained, not evaluated on test" for spec in plan.evaluate]
-    lines += [f"- `{spec.name}`: partial (checkpoint), to resume" for spec in plan.resume]
-    lines += [f"- `{spec.name}`: not started (or failed before a checkpoint)" for spec in plan.start]
-    for attention in plan.waiting:
-        lines.append(
-            f"- `{attention}`: learning rate not chosen, "
-            f"{len(plan.choices[attention].missing)} tuning runs unfinished"
-        )
-    return lines or ["None: every planned run is finished and evaluated."]
+    """The planned runs not finished and evaluated, and the attentions waiting for their rate."""
+    waiting = [
+        f"- `{attention}`: learning rate not chosen, "
+        f"{len(plan.choices[attention].missing)} tuning runs unfinished"
+        for attention in plan.waiting
+    ]
+    return missing_run_lines(plan, lambda spec: "test", waiting)
 
 
 def _plot_figure5(plan: Plan, root: Path, out: Path) -> list[Path]:
@@ -852,7 +725,7 @@ def _plot_figure5(plan: Plan, root: Path, out: Path) -> list[Path]:
     from keras_structured.nli.figures import plot_alignments
 
     read = {
-        attention: _read_json(spec.logdir(root) / ALIGN_FILE)
+        attention: read_json(spec.logdir(root) / ALIGN_FILE)
         for attention, spec in plan.figure_runs().items()
         if (spec.logdir(root) / ALIGN_FILE).is_file()
     }
@@ -890,7 +763,7 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
     plan = plan_suite(config, scan_statuses(root))
     runs = load_runs(root)
     groups = _grouped(runs, plan)
-    timing = _read_json(root / TIMING_FILE)
+    timing = read_json(root / TIMING_FILE)
     ratios = step_cost_ratios(timing)
     subset = (
         f"training options `{' '.join(config.train_args)}`, evaluation options "
@@ -941,10 +814,7 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
             "words; left P2H, right H2P transposed).",
             *(f"![{p.stem}](figures/{p.name})" for p in figure_paths),
         ]
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "results.md"
-    path.write_text("\n\n".join(sections) + "\n")
-    return path
+    return write_results(root, sections)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -952,46 +822,21 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the ``run`` / ``report`` command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train, evaluate and inspect the suite (resumable), then report")
-    run.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help=f"directory of the runs (default {DEFAULT_ROOT}, {QUICK_ROOT} with --quick)",
-    )
-    run.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="the SICK .tsv file (default %(default)s)"
+    parser, run = runner_parser(
+        __doc__,
+        "train, evaluate and inspect the suite (resumable), then report",
+        (DEFAULT_ROOT, QUICK_ROOT),
+        DEFAULT_DATA,
+        "the SICK .tsv file",
     )
     run.add_argument(
         "--attentions", nargs="+", choices=ATTENTIONS, default=list(ATTENTIONS), help="(default all)"
     )
-    run.add_argument(
-        "--learning-rates",
-        nargs="+",
-        type=float,
-        default=None,
-        help=f"the grid (default {' '.join(f'{lr:g}' for lr in LEARNING_RATES)}; "
-        f"{QUICK_LEARNING_RATE:g} with --quick)",
-    )
-    run.add_argument("--seeds", nargs="+", type=int, default=None, help="(default 0 1 2; 0 with --quick)")
-    run.add_argument("--jobs", type=int, default=1, help="training processes at a time (default 1)")
-    run.add_argument(
-        "--threads-per-job", type=int, default=None, help="CPU threads per job (default cores / jobs)"
-    )
-    run.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"smoke test of minutes: {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0, "
+    add_grid_options(run, LEARNING_RATES, QUICK_LEARNING_RATE, SEEDS)
+    add_run_options(
+        run,
+        f"smoke test of minutes: {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0, "
         f"test on {QUICK_EVAL_ARGS[-1]} pairs",
-    )
-    run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
-    report = sub.add_parser("report", help="write results.md and figures/ from the finished runs")
-    report.add_argument(
-        "--root", type=Path, default=DEFAULT_ROOT, help="directory of the runs (default %(default)s)"
     )
     return parser.parse_args(argv)
 
@@ -1018,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     config = config_from_args(args)
     root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = _read_json(root / PLAN_FILE)
+    recorded = read_json(root / PLAN_FILE)
     if recorded and (
         tuple(recorded.get("config", {}).get("train_args", ())) != config.train_args
         or tuple(recorded.get("config", {}).get("eval_args", ())) != config.eval_args
@@ -1033,21 +878,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         statuses = scan_statuses(root)
         plan = plan_suite(config, statuses)
-        for spec in plan.pending:
-            for _, command in run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root):
-                print(shlex.join(command))
-        for line in describe_choices(plan):
-            print(f"# {line}")
-        for attention in plan.waiting:
-            print(f"# {attention} waits for its learning-rate tuning runs")
+        print_dry_run(
+            plan.pending,
+            lambda spec: run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root),
+            [
+                *describe_choices(plan),
+                *(f"{attention} waits for its learning-rate tuning runs" for attention in plan.waiting),
+            ],
+        )
         return 0
     if not args.data.is_file():
         print(f"SICK file missing: {args.data} (it is not distributed with the repository)", file=sys.stderr)
         return 2
-    threads = args.threads_per_job or max(1, (os.cpu_count() or 1) // args.jobs)
     start = time.perf_counter()
-    ok = run_suite(config, args.data, root, args.jobs, subprocess_env(threads))
-    _log(f"report: {write_report(root, config)} (run wall time {(time.perf_counter() - start) / 60:.1f} min)")
+    ok = run_suite(config, args.data, root, args.jobs, jobs_env(args.jobs, args.threads_per_job))
+    log_progress(
+        f"report: {write_report(root, config)} (run wall time {(time.perf_counter() - start) / 60:.1f} min)"
+    )
     return 0 if ok else 1
 
 

@@ -30,8 +30,8 @@ therefore start once its tuning runs have finished (``run`` proceeds in rounds).
 test of minutes: vi only, 200 training sentences, 3 epochs, the five losses at learning
 rate 2e-3, one seed.
 
-This script imports its sibling ``bench_rl.py`` (JSON, logging and CSV helpers): run it as
-``python benchmarks/bench_parsing.py``.
+This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
+that the runners share): run it as ``python benchmarks/bench_parsing.py``.
 
 Example:
     python benchmarks/bench_parsing.py run --quick
@@ -43,13 +43,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import json
 import math
-import os
-import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -57,16 +53,33 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_rl import (
-    _float,
-    _fmt,
-    _log,
-    _read_json,
-    _write_json,
-    parse_eval_output,
-    read_progress,
-    run_training,
-    subprocess_env,
+from resumable_runs import (
+    FINAL_FILE,
+    PLAN_FILE,
+    FinishedRun,
+    GridChoice,
+    RecordedOptions,
+    RunPlan,
+    add_grid_options,
+    add_run_options,
+    choose_on_grid,
+    execute_run,
+    finished_runs,
+    fmt,
+    jobs_env,
+    log_progress,
+    logdir_value,
+    mean_and_spread,
+    missing_run_lines,
+    print_dry_run,
+    read_evaluations,
+    read_json,
+    run_logdirs,
+    run_rounds,
+    runner_parser,
+    to_float,
+    write_plan,
+    write_results,
 )
 
 #: Language code -> treebank folder under the data directory.
@@ -95,10 +108,6 @@ QUICK_LEARNING_RATE = 2e-3
 THROUGHPUT_TARGET = 1.5
 DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ud").resolve()
 DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_parsing"), Path("runs/bench_parsing_quick")
-FINAL_FILE = "final.json"
-STATE_FILE = "bench_state.json"
-TRAIN_LOG = "bench_train.log"
-PLAN_FILE = "bench_plan.json"
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
 MAX_WIDENINGS = 2
 # Minutes after which a training process starts no new epoch (see execute).
@@ -108,6 +117,9 @@ TIME_LIMIT_MINUTES = 40
 #: perceptron losses sit on a plateau (all arc scores nearly equal) for 10-15 epochs first.
 MIN_EPOCHS = 20
 CHECKPOINT_DIR = "checkpoint"
+#: The logdirs under the root, and the file of a checkpoint that can be resumed.
+LOGDIRS = "*/*/lr*/seed*"
+CHECKPOINT = f"{CHECKPOINT_DIR}/state.json"
 CLI = ("-m", "keras_structured.parsing")
 TREEBANK_NOTES = {
     "en": "UD 2.0 (CoNLL 2017), as in the paper.",
@@ -119,11 +131,6 @@ TREEBANK_NOTES = {
     "ro": "UD 1.2, UD v1 labels, and much smaller than the treebank the paper used: 481 training, "
     "76 dev and 76 test sentences (UD 2.x has 752 dev and 729 test sentences); its scores are noisy.",
 }
-
-
-def _lr(value: float) -> float:
-    """A learning rate as it reads back from its logdir name (``lr{value:g}``)."""
-    return float(f"{float(value):g}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +163,7 @@ class RunStatus:
 
 
 @dataclasses.dataclass(frozen=True)
-class SuiteConfig:
+class SuiteConfig(RecordedOptions):
     """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
 
     ``tune_languages`` are the languages the learning rate is tuned on (every loss, every
@@ -179,7 +186,7 @@ class SuiteConfig:
             if not getattr(self, name) and not (name == "tune_languages" and self.per_language):
                 raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
         object.__setattr__(
-            self, "learning_rates", tuple(dict.fromkeys(_lr(lr) for lr in self.learning_rates))
+            self, "learning_rates", tuple(dict.fromkeys(logdir_value(lr) for lr in self.learning_rates))
         )
 
     @property
@@ -214,22 +221,9 @@ class SuiteConfig:
         """Whether the learning-rate reduction (tuning on ``tune_languages`` only) is made."""
         return self.tuning and not self.per_language
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able form."""
-        return {
-            field.name: list(value) if isinstance(value := getattr(self, field.name), tuple) else value
-            for field in dataclasses.fields(self)
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SuiteConfig:
-        """Inverse of :meth:`to_json`; unknown keys are ignored."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
-
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateChoice:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LearningRateChoice(GridChoice[RunSpec]):
     """The learning rate of one loss, chosen on the dev UAS of ``tuned_on`` at the first seed.
 
     ``scores`` maps each learning rate whose tuning runs have all finished to their mean
@@ -239,13 +233,11 @@ class LearningRateChoice:
 
     loss: str
     tuned_on: tuple[str, ...]
-    scores: dict[float, float]
-    learning_rate: float | None
-    missing: tuple[RunSpec, ...] = ()
 
-    def at_edge(self, grid: Sequence[float]) -> bool:
-        """Whether the choice is an end of a grid of several rates (the paper would widen the grid)."""
-        return len(grid) > 1 and self.learning_rate in (min(grid), max(grid))
+    @property
+    def learning_rate(self) -> float | None:
+        """The chosen rate (:attr:`value`)."""
+        return self.value
 
 
 def choose_learning_rate(
@@ -257,20 +249,18 @@ def choose_learning_rate(
 ) -> LearningRateChoice:
     """Pick ``loss``'s learning rate: the best mean dev UAS over ``tuned_on`` at ``seed``.
 
-    As in the paper, when the best rate is at an end of a grid of three rates or more, the
-    grid is widened by a factor of 2 beyond it (at most :data:`MAX_WIDENINGS` times): the
-    choice then waits for the tuning runs at the new rate, which it lists as missing.
+    The paper's protocol (:func:`resumable_runs.choose_on_grid`): a best rate at an end of
+    the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times.
 
     Args:
         loss: the loss.
-        tuned_on: the tuning languages.
-        learning_rates: the grid; with a single rate it is chosen without any run.
+        tuned_on: the tuning languages (the score of a rate is the mean over them).
+        learning_rates: the grid.
         seed: the seed of the tuning runs.
-        statuses: what each logdir holds (a run absent from it is not started).
+        statuses: what each logdir holds.
 
     Returns:
-        A :class:`LearningRateChoice`; its ``learning_rate`` is None until every tuning run
-        has finished.
+        A :class:`LearningRateChoice`, waiting (``learning_rate`` None) for ``missing``.
 
     Example:
         >>> done = lambda uas: RunStatus(finished=True, dev_uas=uas)
@@ -279,30 +269,17 @@ def choose_learning_rate(
         >>> choose_learning_rate("crf", ["en"], [0.001, 0.002], 0, statuses).learning_rate
         0.002
     """
-    grid = sorted(_lr(lr) for lr in learning_rates)
-    if len(grid) == 1:
-        return LearningRateChoice(loss, tuple(tuned_on), {}, grid[0])
-    widened = 0
-    while True:
-        scores, missing = {}, []
-        for lr in grid:
-            specs = [RunSpec(language, loss, lr, seed) for language in tuned_on]
-            absent = [spec for spec in specs if not statuses.get(spec, RunStatus()).finished]
-            missing += absent
-            if not absent:
-                scores[lr] = float(np.mean([statuses[spec].dev_uas for spec in specs]))
-        if missing:
-            return LearningRateChoice(loss, tuple(tuned_on), scores, None, tuple(missing))
-        best = max(grid, key=lambda lr: (-math.inf if math.isnan(scores[lr]) else scores[lr], -lr))
-        # The paper's protocol: a best rate at an end of the grid widens it by a factor of 2.
-        if len(learning_rates) < 3 or widened == MAX_WIDENINGS or best not in (grid[0], grid[-1]):
-            return LearningRateChoice(loss, tuple(tuned_on), scores, best)
-        grid = [_lr(best / 2), *grid] if best == grid[0] else [*grid, _lr(best * 2)]
-        widened += 1
+    choice = choose_on_grid(
+        learning_rates,
+        lambda lr: [RunSpec(language, loss, lr, seed) for language in tuned_on],
+        {spec: status.dev_uas for spec, status in statuses.items() if status.finished},
+        MAX_WIDENINGS,
+    )
+    return LearningRateChoice(loss=loss, tuned_on=tuple(tuned_on), **vars(choice))
 
 
-@dataclasses.dataclass
-class Plan:
+@dataclasses.dataclass(kw_only=True)
+class Plan(RunPlan[RunSpec]):
     """The runs a suite needs as far as they are decided, split by what is left to do.
 
     ``runs`` holds the tuning runs and, for every (language, loss) whose learning rate is
@@ -313,22 +290,16 @@ class Plan:
     """
 
     config: SuiteConfig
-    runs: list[RunSpec]
     choices: dict[tuple[tuple[str, ...], str], LearningRateChoice]
     chosen: dict[tuple[str, str], float]
-    waiting: list[tuple[str, str]]
-    done: list[RunSpec]
-    evaluate: list[RunSpec]
-    resume: list[RunSpec]
-    start: list[RunSpec]
 
     @property
     def pending(self) -> list[RunSpec]:
         """Runs with something left to do: runs to resume or evaluate first, then the smallest
         treebanks first (results arrive sooner), in plan order otherwise."""
-        todo = {*self.evaluate, *self.resume, *self.start}
-        ranked = [spec for spec in self.runs if spec in todo]
-        return sorted(ranked, key=lambda spec: (spec in self.start, TRAINING_SIZE_RANK.index(spec.language)))
+        return sorted(
+            super().pending, key=lambda spec: (spec in self.start, TRAINING_SIZE_RANK.index(spec.language))
+        )
 
     def choice(self, language: str, loss: str) -> LearningRateChoice:
         """The learning-rate choice that applies to ``language`` and ``loss``."""
@@ -379,13 +350,15 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
                 continue
             chosen[language, loss] = lr
             runs.update((RunSpec(language, loss, lr, s), None) for s in config.seeds_for(language))
-    plan = Plan(config, list(runs), choices, chosen, waiting, [], [], [], [])
+    plan = Plan(runs=list(runs), waiting=waiting, config=config, choices=choices, chosen=chosen)
     for spec in plan.runs:
         status = statuses.get(spec, RunStatus())
-        if status.finished:
-            (plan.done if status.evaluated >= set(SPLITS) else plan.evaluate).append(spec)
-        else:
-            (plan.resume if status.resumable else plan.start).append(spec)
+        plan.add(
+            spec,
+            finished=status.finished,
+            evaluated=status.evaluated >= set(SPLITS),
+            resumable=status.resumable,
+        )
     return plan
 
 
@@ -412,15 +385,14 @@ def read_status(logdir: Path) -> RunStatus:
 
     A run that :func:`needs_extension` counts as unfinished (its checkpoint resumes it).
     """
-    final = _read_json(logdir / FINAL_FILE)
-    if needs_extension(_read_json(logdir / "config.json"), final):
+    final = read_json(logdir / FINAL_FILE)
+    if needs_extension(read_json(logdir / "config.json"), final):
         final = None
-    checkpoint = logdir / CHECKPOINT_DIR
     return RunStatus(
         finished=final is not None,
-        resumable=(checkpoint / "state.json").is_file(),
+        resumable=(logdir / CHECKPOINT).is_file(),
         evaluated=frozenset(split for split in SPLITS if (logdir / f"eval_{split}.json").is_file()),
-        dev_uas=_float((final or {}).get("dev_uas")),
+        dev_uas=to_float((final or {}).get("dev_uas")),
     )
 
 
@@ -429,7 +401,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
     try:
         language, loss, lr, seed = logdir.relative_to(root).parts
         if loss in LOSSES and lr.startswith("lr") and seed.startswith("seed"):
-            return RunSpec(language, loss, _lr(float(lr[2:])), int(seed[4:]))
+            return RunSpec(language, loss, logdir_value(float(lr[2:])), int(seed[4:]))
     except ValueError:
         pass
     return None
@@ -437,12 +409,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
 
 def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
     """The status of every run directory under ``root``."""
-    statuses = {}
-    for logdir in sorted(root.glob("*/*/lr*/seed*")):
-        spec = parse_logdir(root, logdir)
-        if spec is not None and logdir.is_dir():
-            statuses[spec] = read_status(logdir)
-    return statuses
+    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -517,46 +484,26 @@ def run_commands(
 def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
     """Bring one run to completion (train or resume, then evaluate dev and test); ``True`` on success.
 
-    Training output is appended to ``bench_train.log``, evaluation output written to
-    ``bench_eval_{split}.log``; ``bench_state.json`` accumulates wall times over sessions (also
-    over a fresh restart of a partial run without checkpoint, whose other files are removed).
+    Each training process starts no new epoch after :data:`TIME_LIMIT_MINUTES` minutes (a
+    checkpoint, no ``final.json``): a long run goes on in fresh processes, each well under an
+    hour (:func:`resumable_runs.execute_run`). Training output is appended to
+    ``bench_train.log``, evaluation output written to ``bench_eval_{split}.log``;
+    ``bench_state.json`` accumulates wall times over sessions (also over a fresh restart of a
+    partial run without checkpoint, whose other files are removed).
     """
     logdir = spec.logdir(root)
     status = read_status(logdir)
-    state = _read_json(logdir / STATE_FILE) or {}
-    state = {"train_wall_s": 0.0, "sessions": 0, "eval_wall_s": {}, **state}
-    for kind, argv in run_commands(spec, status, config, data, root):
-        if kind == "train":
-            _log(f"{'resume' if '--resume' in argv else 'train'} {spec.name}")
-            argv = [*argv, "--time-limit", f"{TIME_LIMIT_MINUTES:g}"]
-            code = run_training(argv, logdir, state, env, fresh="--resume" not in argv)
-            # Each process stops starting epochs after TIME_LIMIT_MINUTES (a checkpoint, no
-            # final.json): long runs go on in fresh processes, each well under an hour.
-            while code == 0 and not (logdir / FINAL_FILE).is_file() and read_status(logdir).resumable:
-                _log(f"resume {spec.name} (time limit of the last process)")
-                resume = train_command(spec, config, data, root, resume=True)
-                resume += ["--time-limit", f"{TIME_LIMIT_MINUTES:g}"]
-                code = run_training(resume, logdir, state, env, fresh=False)
-            if code != 0 or not (logdir / FINAL_FILE).is_file():
-                _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
-                return False
-        else:
-            split = argv[argv.index("--split") + 1]
-            _log(f"evaluate {spec.name} on {split}")
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-            (logdir / f"bench_eval_{split}.log").write_text(proc.stdout + proc.stderr)
-            target = logdir / f"eval_{split}.json"
-            if not target.is_file():  # the CLI writes it; fall back on its JSON line
-                try:
-                    _write_json(target, parse_eval_output(proc.stdout, key="uas"))
-                except ValueError:
-                    _log(f"FAILED evaluating {spec.name} on {split} (exit {proc.returncode})")
-                    return False
-            state["eval_wall_s"] = {**state["eval_wall_s"], split: round(time.perf_counter() - start, 3)}
-            _write_json(logdir / STATE_FILE, state)
-    _log(f"done {spec.name} (train {state['train_wall_s'] / 60:.1f} min)")
-    return True
+    return execute_run(
+        spec.name,
+        logdir,
+        run_commands(spec, status, config, data, root),
+        env,
+        fresh=not status.resumable,
+        resume_argv=train_command(spec, config, data, root, resume=True),
+        checkpoint=CHECKPOINT,
+        eval_key="uas",
+        train_args=("--time-limit", f"{TIME_LIMIT_MINUTES:g}"),
+    )
 
 
 def describe_choices(plan: Plan) -> list[str]:
@@ -585,15 +532,17 @@ def describe_choices(plan: Plan) -> list[str]:
         if choice.learning_rate is None:
             lines.append(f"{loss} on {where}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
         else:
-            edge = " (at an end of the widened grid)" if choice.at_edge(list(choice.scores)) else ""
+            edge = " (at an end of the widened grid)" if choice.at_edge() else ""
             score = choice.scores[choice.learning_rate]
             lines.append(
-                f"{loss} on {where}: lr {choice.learning_rate:g}{edge}, mean dev UAS {_fmt(score, 2)}"
+                f"{loss} on {where}: lr {choice.learning_rate:g}{edge}, mean dev UAS {fmt(score, 2)}"
             )
     return lines
 
 
-def _write_plan_file(root: Path, plan: Plan) -> None:
+def _replan(config: SuiteConfig, root: Path) -> Plan:
+    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
+    plan = plan_suite(config, scan_statuses(root))
     chosen = [
         {
             "tuned_on": list(group),
@@ -603,14 +552,13 @@ def _write_plan_file(root: Path, plan: Plan) -> None:
         }
         for (group, loss), choice in plan.choices.items()
     ]
-    root.mkdir(parents=True, exist_ok=True)
-    _write_json(root / PLAN_FILE, {"config": plan.config.to_json(), "choices": chosen})
+    write_plan(root, {"config": plan.config.to_json(), "choices": chosen})
+    return plan
 
 
 def read_config(root: Path) -> SuiteConfig:
     """The suite options recorded by the last ``run`` in ``{root}/bench_plan.json`` (defaults without)."""
-    recorded = _read_json(root / PLAN_FILE)
-    return SuiteConfig.from_json(recorded["config"]) if recorded and "config" in recorded else SuiteConfig()
+    return SuiteConfig.recorded(root, "config")
 
 
 def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
@@ -630,53 +578,32 @@ def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[
     Returns:
         True when every planned run is finished and evaluated.
     """
-    attempted: set[RunSpec] = set()
-    ok = True
-    while True:
-        plan = plan_suite(config, scan_statuses(root))
-        _write_plan_file(root, plan)
-        todo = [spec for spec in plan.pending if spec not in attempted]
-        if not todo:
-            break
-        attempted.update(todo)
-        _log(
-            f"round: {len(todo)} runs ({len(plan.done)} done, "
-            f"{len(plan.waiting)} language/loss pairs waiting for their learning rate)"
-        )
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(execute, spec, config, data, root, env) for spec in todo]
-            try:
-                ok = all([future.result() for future in futures]) and ok
-            except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    plan, ok = run_rounds(
+        lambda: _replan(config, root),
+        lambda spec: execute(spec, config, data, root, env),
+        jobs,
+        waiting="language/loss pairs waiting for their learning rate",
+    )
     for line in describe_choices(plan):
-        _log(line)
-    return ok and not plan.pending and not plan.waiting
+        log_progress(line)
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------- report
 
 
 @dataclasses.dataclass
-class RunResult:
-    """A finished run (``final.json``) as read back from its logdir."""
+class RunResult(FinishedRun):
+    """A finished run (``final.json``) as read back from its logdir, with its evaluations and
+    the sparsity of its dev parses during training."""
 
     spec: RunSpec
-    final: dict[str, Any]
     evals: dict[str, dict[str, Any]]
-    state: dict[str, Any]
-    config: dict[str, Any]
-    progress: dict[str, np.ndarray]
     sparsity: list[tuple[int, list[int]]]
-
-    def column(self, name: str) -> np.ndarray:
-        """A ``progress.csv`` column as floats (empty when absent)."""
-        return self.progress.get(name, np.array([]))
 
     def uas(self, split: str, key: str = "uas") -> float:
         """``eval_{split}.json``'s ``key`` (NaN when not evaluated)."""
-        return _float(self.evals.get(split, {}).get(key))
+        return to_float(self.evals.get(split, {}).get(key))
 
 
 def _read_sparsity(path: Path) -> list[tuple[int, list[int]]]:
@@ -697,34 +624,14 @@ def _read_sparsity(path: Path) -> list[tuple[int, list[int]]]:
 
 def load_runs(root: Path) -> list[RunResult]:
     """Every finished run (``final.json`` readable) under ``root``."""
-    runs = []
-    for final_path in sorted(root.glob(f"*/*/lr*/seed*/{FINAL_FILE}")):
-        logdir = final_path.parent
-        spec, final = parse_logdir(root, logdir), _read_json(final_path)
-        if spec is None or final is None:
-            continue
-        progress = read_progress(logdir / "progress.csv") if (logdir / "progress.csv").is_file() else {}
-        evals = {split: e for split in SPLITS if (e := _read_json(logdir / f"eval_{split}.json")) is not None}
-        runs.append(
-            RunResult(
-                spec=spec,
-                final=final,
-                evals=evals,
-                state=_read_json(logdir / STATE_FILE) or {},
-                config=_read_json(logdir / "config.json") or {},
-                progress=progress,
-                sparsity=_read_sparsity(logdir / "sparsity_dev.jsonl"),
-            )
+    return [
+        RunResult(
+            **fields,
+            evals=read_evaluations(logdir, SPLITS),
+            sparsity=_read_sparsity(logdir / "sparsity_dev.jsonl"),
         )
-    return runs
-
-
-def mean_and_spread(values: Sequence[float]) -> tuple[float, float, int]:
-    """``(mean, (max - min) / 2, count)`` of the finite values; NaNs for none."""
-    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if finite.size == 0:
-        return math.nan, math.nan, 0
-    return float(finite.mean()), float(finite.max() - finite.min()) / 2, int(finite.size)
+        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
+    ]
 
 
 def _cell(values: Sequence[float], expected: int, bold: bool = False) -> str:
@@ -845,7 +752,7 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
     seed = config.seeds[0]
     rates = sorted({*config.learning_rates, *(r.spec.learning_rate for r in runs)})
     dev = {
-        (r.spec.language, r.spec.loss, r.spec.learning_rate): _float(r.final.get("dev_uas"))
+        (r.spec.language, r.spec.loss, r.spec.learning_rate): to_float(r.final.get("dev_uas"))
         for r in runs
         if r.spec.seed == seed
     }
@@ -862,7 +769,7 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         cells = []
         for lr in rates:
             value = dev.get((language, loss, lr))
-            text = "–" if value is None else _fmt(value, 2)
+            text = "–" if value is None else fmt(value, 2)
             cells.append(
                 f"**{text}**" if plan.chosen.get((language, loss)) == lr and value is not None else text
             )
@@ -899,7 +806,7 @@ def _sparsity_table(plan: Plan, groups: dict[tuple[str, str], list[RunResult]]) 
                 one = mean_and_spread([s[1] for s in stats])[0]
                 largest = max((s[2] for s in stats), default=0)
                 cells += [
-                    _fmt(mean, 2),
+                    fmt(mean, 2),
                     "n/a" if math.isnan(one) else f"{100 * one:.1f}%",
                     str(largest or "n/a"),
                 ]
@@ -934,8 +841,8 @@ def _throughput_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         crf, sparsemap = median.get("crf", math.nan), median.get("sparsemap", math.nan)
         ratio = crf / sparsemap if sparsemap > 0 else math.nan
         met = "n/a" if not math.isfinite(ratio) else ("yes" if ratio <= THROUGHPUT_TARGET else "**no**")
-        cells = " | ".join(_fmt(median[loss], 1) for loss in losses)
-        lines.append(f"| {language} | {cells} | {_fmt(ratio, 2)} | {met} |")
+        cells = " | ".join(fmt(median[loss], 1) for loss in losses)
+        lines.append(f"| {language} | {cells} | {fmt(ratio, 2)} | {met} |")
     return lines
 
 
@@ -964,31 +871,25 @@ def _runs_table(runs: list[RunResult]) -> list[str]:
         sps = sps[np.isfinite(sps)]
         lines.append(
             f"| {run.spec.name} | {f.get('epochs_run', 'n/a')} | {f.get('best_epoch', 'n/a')} "
-            f"| {'yes' if f.get('stopped_early') else 'no'} | {_fmt(_float(f.get('dev_uas')), 2)} "
-            f"| {_fmt(run.uas('test'), 2)} | {_fmt(run.uas('test', 'uas_no_punct'), 2)} "
-            f"| {_fmt(float(np.median(sps)) if sps.size else math.nan, 1)} "
-            f"| {_fmt(_float(run.state.get('train_wall_s')) / 60, 1)} "
-            f"| {_fmt(_float(f.get('train_seconds')), 0)} |"
+            f"| {'yes' if f.get('stopped_early') else 'no'} | {fmt(to_float(f.get('dev_uas')), 2)} "
+            f"| {fmt(run.uas('test'), 2)} | {fmt(run.uas('test', 'uas_no_punct'), 2)} "
+            f"| {fmt(float(np.median(sps)) if sps.size else math.nan, 1)} "
+            f"| {fmt(to_float(run.state.get('train_wall_s')) / 60, 1)} "
+            f"| {fmt(to_float(f.get('train_seconds')), 0)} |"
         )
     return lines
 
 
 def _missing_lines(plan: Plan) -> list[str]:
     """The planned runs not finished and evaluated, and the pairs still waiting for their learning rate."""
-    lines = []
-    for spec in plan.evaluate:
-        lines.append(f"- `{spec.name}`: trained, not evaluated on dev and test")
-    for spec in plan.resume:
-        lines.append(f"- `{spec.name}`: partial (checkpoint), to resume")
-    for spec in plan.start:
-        lines.append(f"- `{spec.name}`: not started (or failed before a checkpoint)")
+    waiting = []
     for language, loss in plan.waiting:
         choice = plan.choice(language, loss)
-        lines.append(
+        waiting.append(
             f"- `{language}/{loss}`: learning rate not chosen, {len(choice.missing)} tuning runs on "
             f"{'+'.join(choice.tuned_on)} unfinished"
         )
-    return lines or ["None: every planned run is finished and evaluated."]
+    return missing_run_lines(plan, lambda spec: "dev and test", waiting)
 
 
 def _treebank_lines(plan: Plan, runs: list[RunResult]) -> list[str]:
@@ -1114,10 +1015,7 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
     figure_paths = _plot_figures(plan, groups, root / "figures") if groups else []
     if figure_paths:
         sections += ["## Figures", *(f"![{p.stem}](figures/{p.name})" for p in figure_paths)]
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "results.md"
-    path.write_text("\n\n".join(sections) + "\n")
-    return path
+    return write_results(root, sections)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -1125,19 +1023,12 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the ``run`` / ``report`` command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train and evaluate the suite (resumable), then report")
-    run.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help=f"directory of the runs (default {DEFAULT_ROOT}, {QUICK_ROOT} with --quick)",
-    )
-    run.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="folder of the treebank folders (default %(default)s)"
+    parser, run = runner_parser(
+        __doc__,
+        "train and evaluate the suite (resumable), then report",
+        (DEFAULT_ROOT, QUICK_ROOT),
+        DEFAULT_DATA,
+        "folder of the treebank folders",
     )
     run.add_argument(
         "--languages",
@@ -1148,15 +1039,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(default all; vi with --quick)",
     )
     run.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES), help="(default all)")
-    run.add_argument(
-        "--learning-rates",
-        nargs="+",
-        type=float,
-        default=None,
-        help=f"the grid (default {' '.join(f'{lr:g}' for lr in LEARNING_RATES)}; "
-        f"{QUICK_LEARNING_RATE:g} with --quick)",
-    )
-    run.add_argument("--seeds", nargs="+", type=int, default=None, help="(default 0 1; 0 with --quick)")
+    add_grid_options(run, LEARNING_RATES, QUICK_LEARNING_RATE, SEEDS)
     run.add_argument(
         "--tune-languages",
         nargs="+",
@@ -1176,19 +1059,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="no reduction: tune every language on itself, every seed on every language",
     )
-    run.add_argument("--jobs", type=int, default=1, help="training processes at a time (default 1)")
-    run.add_argument(
-        "--threads-per-job", type=int, default=None, help="CPU threads per job (default cores / jobs)"
-    )
-    run.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"smoke test of minutes: vi, {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0",
-    )
-    run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
-    report = sub.add_parser("report", help="write results.md and figures/ from the finished runs")
-    report.add_argument(
-        "--root", type=Path, default=DEFAULT_ROOT, help="directory of the runs (default %(default)s)"
+    add_run_options(
+        run, f"smoke test of minutes: vi, {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0"
     )
     return parser.parse_args(argv)
 
@@ -1216,7 +1088,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     config = config_from_args(args)
     root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = _read_json(root / PLAN_FILE)
+    recorded = read_json(root / PLAN_FILE)
     if recorded and tuple(recorded.get("config", {}).get("train_args", ())) != config.train_args:
         print(
             f"{root} holds runs trained with other options ({recorded['config'].get('train_args')}); "
@@ -1227,16 +1099,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         statuses = scan_statuses(root)
         plan = plan_suite(config, statuses)
-        for spec in plan.pending:
-            for _, command in run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root):
-                print(shlex.join(command))
-        for line in describe_choices(plan):
-            print(f"# {line}")
         waiting: dict[str, list[str]] = {}
         for language, loss in plan.waiting:
             waiting.setdefault(loss, []).append(language)
-        for loss, languages in waiting.items():
-            print(f"# {loss}: {', '.join(languages)} wait for the learning-rate tuning runs")
+        print_dry_run(
+            plan.pending,
+            lambda spec: run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root),
+            [
+                *describe_choices(plan),
+                *(
+                    f"{loss}: {', '.join(languages)} wait for the learning-rate tuning runs"
+                    for loss, languages in waiting.items()
+                ),
+            ],
+        )
         return 0
     missing = [
         language for language in config.all_languages if not (args.data / LANGUAGES[language]).is_dir()
@@ -1247,9 +1123,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    threads = args.threads_per_job or max(1, (os.cpu_count() or 1) // args.jobs)
-    ok = run_suite(config, args.data, root, args.jobs, subprocess_env(threads))
-    _log(f"report: {write_report(root, config)}")
+    ok = run_suite(config, args.data, root, args.jobs, jobs_env(args.jobs, args.threads_per_job))
+    log_progress(f"report: {write_report(root, config)}")
     return 0 if ok else 1
 
 

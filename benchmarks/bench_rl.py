@@ -18,7 +18,9 @@ Subcommands:
   ``rl-bench`` extra) for the same number of steps, in the same invocation.
 
 The benchmark only uses the ``rl`` command line and the files it writes
-(``progress.csv``, ``checkpoints/``), never its Python internals.
+(``progress.csv``, ``checkpoints/``), never its Python internals. It imports its sibling
+``resumable_runs.py`` (JSON, logging, subprocess and CSV helpers): run it as
+``python benchmarks/bench_rl.py``.
 
 Example:
     python benchmarks/bench_rl.py run --jobs 2
@@ -30,25 +32,34 @@ Example:
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import csv
 import dataclasses
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from resumable_runs import (
+    STATE_FILE,
+    fmt,
+    jobs_env,
+    log_progress,
+    parse_eval_output,
+    read_json,
+    read_progress,
+    run_parallel,
+    run_session,
+    subprocess_env,
+    write_json,
+    write_results,
+)
 
 ALGOS = ("projected", "ppo")
 DONE_MARKER = "bench_done.json"
-STATE_FILE = "bench_state.json"
 EVAL_FILE = "eval.json"
 EVAL_EPISODES = 10
 KL_RELATIVE_SLACK = 1e-5
@@ -160,7 +171,7 @@ def suite(
 
 def read_status(logdir: Path) -> RunStatus:
     """Inspect a logdir (missing is fine) for the done marker, the training state and checkpoints."""
-    state = _read_json(logdir / STATE_FILE) or {}
+    state = read_json(logdir / STATE_FILE) or {}
     checkpoints = logdir / "checkpoints"
     return RunStatus(
         done=(logdir / DONE_MARKER).is_file(),
@@ -214,84 +225,6 @@ def plan_commands(
     return steps
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The object in a JSON file, or ``None`` when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` atomically (temporary file then rename)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
-
-
-def parse_eval_output(stdout: str, key: str = "deterministic_mean") -> dict[str, Any]:
-    """The last JSON line of an ``evaluate`` command's output holding ``key``."""
-    for line in reversed(stdout.splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and key in data:
-            return data
-    raise ValueError(f"no JSON line with {key!r} in the evaluation output")
-
-
-def _float(value: Any) -> float:
-    """``float(value)``, NaN for None or junk."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def run_training(
-    argv: list[str], logdir: Path, state: dict[str, Any], env: dict[str, str], fresh: bool
-) -> int:
-    """Run one training subprocess, its output appended to ``{logdir}/bench_train.log``; return its
-    exit status. ``fresh``: a partial run without a checkpoint, removed first. Evaluations in
-    ``logdir`` belong to an earlier model and are removed. ``state`` (``bench_state.json``)
-    accumulates the wall time and the sessions."""
-    if fresh and logdir.exists():
-        shutil.rmtree(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    for stale in logdir.glob("eval_*.json"):
-        stale.unlink()
-    start = time.perf_counter()
-    with open(logdir / "bench_train.log", "a") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    state.update(
-        train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
-        sessions=state["sessions"] + 1,
-        last_exit=code,
-        threads=int(env.get("OMP_NUM_THREADS", 0)),
-    )
-    _write_json(logdir / STATE_FILE, state)
-    return code
-
-
-def subprocess_env(threads: int) -> dict[str, str]:
-    """Environment of the training jobs: ``threads`` CPU threads for TensorFlow/OpenMP, quiet TF logs."""
-    env = dict(os.environ)
-    for name in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-        env[name] = str(threads)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-_PRINT_LOCK = threading.Lock()
-
-
-def _log(message: str) -> None:
-    """Print a time-stamped progress line (thread-safe)."""
-    with _PRINT_LOCK:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
 def execute(spec: RunSpec, root: Path, env: dict[str, str]) -> bool:
     """Bring one run to completion (train / resume, evaluate, mark done); ``True`` on success.
 
@@ -301,46 +234,38 @@ def execute(spec: RunSpec, root: Path, env: dict[str, str]) -> bool:
     logdir = spec.logdir(root)
     status = read_status(logdir)
     if status.done:
-        _log(f"skip {spec.name} (finished)")
+        log_progress(f"skip {spec.name} (finished)")
         return True
     for kind, argv in plan_commands(spec, status, root):
         if kind == "train":
             if "--resume" not in argv and logdir.exists():
                 shutil.rmtree(logdir)  # partial run without checkpoints: start afresh
             logdir.mkdir(parents=True, exist_ok=True)
-            state = _read_json(logdir / STATE_FILE) or {"train_wall_s": 0.0, "sessions": 0}
-            _log(f"{'resume' if '--resume' in argv else 'train'} {spec.name} ({spec.steps} steps)")
-            start = time.perf_counter()
-            with open(logdir / "bench_train.log", "a") as log:
-                code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-            state.update(
-                train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
-                sessions=state["sessions"] + 1,
-                trained=code == 0,
-                steps=spec.steps,
-                steps_scale=spec.steps_scale,
-            )
-            _write_json(logdir / STATE_FILE, state)
+            state = read_json(logdir / STATE_FILE) or {"train_wall_s": 0.0, "sessions": 0}
+            log_progress(f"{'resume' if '--resume' in argv else 'train'} {spec.name} ({spec.steps} steps)")
+            code = run_session(argv, logdir, state, env)
+            state.update(trained=code == 0, steps=spec.steps, steps_scale=spec.steps_scale)
+            write_json(logdir / STATE_FILE, state)
             if code != 0:
-                _log(f"FAILED training {spec.name} (exit {code}, see {logdir / 'bench_train.log'})")
+                log_progress(f"FAILED training {spec.name} (exit {code}, see {logdir / 'bench_train.log'})")
                 return False
         else:
-            _log(f"evaluate {spec.name}")
+            log_progress(f"evaluate {spec.name}")
             start = time.perf_counter()
             proc = subprocess.run(argv, capture_output=True, text=True, env=env)
             (logdir / "bench_eval.log").write_text(proc.stdout + proc.stderr)
             try:
                 result = parse_eval_output(proc.stdout)
             except ValueError:
-                _log(
+                log_progress(
                     f"FAILED evaluating {spec.name} (exit {proc.returncode}, see {logdir / 'bench_eval.log'})"
                 )
                 return False
             result["eval_wall_s"] = round(time.perf_counter() - start, 3)
-            _write_json(logdir / EVAL_FILE, result)
-    state = _read_json(logdir / STATE_FILE) or {}
-    _write_json(logdir / DONE_MARKER, {**state, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    _log(f"done {spec.name} (train {state.get('train_wall_s', float('nan')):.0f} s)")
+            write_json(logdir / EVAL_FILE, result)
+    state = read_json(logdir / STATE_FILE) or {}
+    write_json(logdir / DONE_MARKER, {**state, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    log_progress(f"done {spec.name} (train {state.get('train_wall_s', float('nan')):.0f} s)")
     return True
 
 
@@ -366,22 +291,6 @@ class RunResult:
         return self.columns.get(name, np.full(rows, np.nan))
 
 
-def read_progress(path: Path) -> dict[str, np.ndarray]:
-    """``progress.csv`` as float columns; empty or non-numeric cells become NaN."""
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-    names = list(rows[0]) if rows else []
-    return {name: np.array([_to_float(row.get(name)) for row in rows]) for name in names}
-
-
-def _to_float(cell: str | None) -> float:
-    """A CSV cell as a float; empty, missing or non-numeric cells are NaN."""
-    try:
-        return float(cell) if cell not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
-
-
 def load_runs(root: Path) -> list[RunResult]:
     """Every finished run (done marker, ``eval.json`` and ``progress.csv``) under ``root``."""
     runs = []
@@ -389,8 +298,8 @@ def load_runs(root: Path) -> list[RunResult]:
         logdir = marker.parent
         if logdir.parent.name not in ALGOS:
             continue
-        done = _read_json(marker) or {}
-        evaluation = _read_json(logdir / EVAL_FILE)
+        done = read_json(marker) or {}
+        evaluation = read_json(logdir / EVAL_FILE)
         if evaluation is None or not (logdir / "progress.csv").is_file():
             continue
         runs.append(
@@ -442,11 +351,6 @@ def group_runs(runs: list[RunResult]) -> dict[tuple[str, str], list[RunResult]]:
     return groups
 
 
-def _fmt(value: float, digits: int = 1) -> str:
-    """Fixed-point with ``digits`` decimals, ``n/a`` for NaN / inf."""
-    return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"
-
-
 def _sci(value: float) -> str:
     """Scientific notation, ``n/a`` for NaN."""
     return "n/a" if math.isnan(value) else f"{value:.2e}"
@@ -468,16 +372,16 @@ def results_table(runs: list[RunResult]) -> str:
         means = _det_means(group)
         scale = group[0].steps_scale
         evals = f"{means.mean():.1f} ± {means.std():.1f}"
-        wall = _fmt(float(np.mean([r.train_wall_s for r in group])) / 60)
+        wall = fmt(float(np.mean([r.train_wall_s for r in group])) / 60)
         task = TASKS.get(env)
         for target in task.targets if task else ():
             budget = scaled(target.budget, scale)
             best = [best_within(r, budget) for r in group]
             statistic, met = judge(target, best)
-            per_seed = ", ".join(_fmt(b) for b in best)
+            per_seed = ", ".join(fmt(b) for b in best)
             lines.append(
                 f"| {env} | {algo} | {len(group)} | {evals} | {np.median(means):.1f} "
-                f"| {target.describe(scale)} | {per_seed} | {_fmt(statistic)} "
+                f"| {target.describe(scale)} | {per_seed} | {fmt(statistic)} "
                 f"| {'yes' if met else 'no'} | {wall} |"
             )
     return "\n".join(lines)
@@ -546,7 +450,7 @@ def constraint_section(runs: list[RunResult]) -> str:
         holds = ("yes" if s.holds else "**NO**") if algo == "projected" else "n/a"
         lines.append(
             f"| {env} | {algo} | {s.updates} | {_sci(s.kl_slack)} | {_sci(s.kl_max_slack)} "
-            f"| {_sci(s.entropy_margin)} | {_fmt(s.kl_active, 2)} | {_fmt(s.entropy_active, 2)} | {holds} |"
+            f"| {_sci(s.entropy_margin)} | {fmt(s.kl_active, 2)} | {fmt(s.entropy_active, 2)} | {holds} |"
         )
     projected = [r for r in runs if r.algo == "projected"]
     total = constraint_stats(projected)
@@ -580,12 +484,10 @@ def comparison_table(runs: list[RunResult]) -> str:
             f"{np.median(_det_means(projected)):.1f}",
             f"{np.median(_det_means(ppo)):.1f}",
         ]
-        cells += [_fmt(float(np.median([final_return(r) for r in group]))) for group in (projected, ppo)]
-        cells += [
-            _fmt(float(np.median([best_within(r, steps) for r in group]))) for group in (projected, ppo)
-        ]
+        cells += [fmt(float(np.median([final_return(r) for r in group]))) for group in (projected, ppo)]
+        cells += [fmt(float(np.median([best_within(r, steps) for r in group]))) for group in (projected, ppo)]
         wall = np.mean([r.train_wall_s for r in projected]) / np.mean([r.train_wall_s for r in ppo])
-        lines.append(f"| {env} | {' | '.join(cells)} | {_fmt(float(wall), 2)} |")
+        lines.append(f"| {env} | {' | '.join(cells)} | {fmt(float(wall), 2)} |")
     return "\n".join(lines)
 
 
@@ -664,16 +566,13 @@ def write_report(root: Path) -> Path:
         "## Projected vs PPO (equal budget)",
         comparison_table(runs),
     ]
-    throughput = _read_json(root / "throughput.json")
+    throughput = read_json(root / "throughput.json")
     if throughput:
         sections += ["## Throughput", throughput_section(throughput)]
     curves = plot_curves(runs, root / "curves") if runs else []
     if curves:
         sections += ["## Learning curves", *(f"![{p.stem}](curves/{p.name})" for p in curves)]
-    path = root / "results.md"
-    root.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(sections) + "\n")
-    return path
+    return write_results(root, sections)
 
 
 # ------------------------------------------------------------------------------------------ throughput
@@ -708,7 +607,7 @@ def throughput(root: Path, steps: int, threads: int, seed: int) -> dict[str, Any
         "--seed",
         str(seed),
     ]
-    _log("sb3 ppo")
+    log_progress("sb3 ppo")
     wall, stdout = _timed(argv, env, out / "sb3.log")
     sb3 = json.loads(stdout.strip().splitlines()[-1])
     data: dict[str, Any] = {
@@ -719,12 +618,12 @@ def throughput(root: Path, steps: int, threads: int, seed: int) -> dict[str, Any
     for algo in ("ppo", "projected"):
         spec = RunSpec("Hopper-v5", algo, seed, steps, num_envs=1)
         logdir = out / algo
-        _log(f"rl {algo}")
+        log_progress(f"rl {algo}")
         wall, _ = _timed(train_command(spec, logdir), env, out / f"{algo}.log")
         progress = read_progress(logdir / "progress.csv")
         done = float(progress[STEP][-1])
         data[algo] = {"sps": float(progress["time/sps"][-1]), "process_sps": done / wall, "wall_s": wall}
-    _write_json(root / "throughput.json", data)
+    write_json(root / "throughput.json", data)
     return data
 
 
@@ -780,16 +679,9 @@ def main(argv: list[str] | None = None) -> int:
             for _, command in plan_commands(spec, read_status(spec.logdir(args.root)), args.root):
                 print(" ".join(command))
         return 0
-    threads = args.threads_per_job or max(1, (os.cpu_count() or 1) // args.jobs)
-    env = subprocess_env(threads)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(execute, spec, args.root, env) for spec in specs]
-        try:
-            ok = [future.result() for future in futures]
-        except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-    _log(f"{sum(ok)}/{len(ok)} runs finished; report: {write_report(args.root)}")
+    env = jobs_env(args.jobs, args.threads_per_job)
+    ok = run_parallel(lambda spec: execute(spec, args.root, env), specs, args.jobs)
+    log_progress(f"{sum(ok)}/{len(ok)} runs finished; report: {write_report(args.root)}")
     return 0 if all(ok) else 1
 
 

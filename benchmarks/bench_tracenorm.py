@@ -75,8 +75,9 @@ dev sentences, 10 steps (5 with the line search), C in {10, 40}, ``d = 2**10``, 
 {2**8, 2**10} (3 steps), en with 200 training and 100 dev sentences in minibatches of 50 (test
 sets are whole).
 
-This script imports its sibling ``bench_rl.py`` (JSON, logging and CSV helpers) and, for the
-figures, ``examples/tracenorm_parser.py``: run it as ``python benchmarks/bench_tracenorm.py``.
+This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
+that the runners share) and, for the figures, ``examples/tracenorm_parser.py``: run it as
+``python benchmarks/bench_tracenorm.py``.
 
 Example:
     python benchmarks/bench_tracenorm.py run --quick
@@ -88,13 +89,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import importlib.util
 import math
-import os
-import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -102,16 +99,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_rl import (
-    _float,
-    _fmt,
-    _log,
-    _read_json,
-    _write_json,
-    parse_eval_output,
-    read_progress,
-    run_training,
-    subprocess_env,
+from resumable_runs import (
+    FINAL_FILE,
+    PLAN_FILE,
+    FinishedRun,
+    GridChoice,
+    RecordedOptions,
+    RunPlan,
+    add_run_options,
+    choose_on_grid,
+    execute_run,
+    finished_runs,
+    fmt,
+    jobs_env,
+    log_progress,
+    logdir_value,
+    missing_run_lines,
+    print_dry_run,
+    read_evaluations,
+    read_json,
+    run_logdirs,
+    run_rounds,
+    runner_parser,
+    to_float,
+    write_plan,
+    write_results,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,22 +177,15 @@ SLOPE_FROM_STEP = 10
 
 DEFAULT_DATA = (REPO / ".." / "shared" / "data" / "ud").resolve()
 DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_tracenorm"), Path("runs/bench_tracenorm_quick")
-FINAL_FILE = "final.json"
 CHECKPOINT_FILE = "checkpoint.npz"
-STATE_FILE = "bench_state.json"
-TRAIN_LOG = "bench_train.log"
-PLAN_FILE = "bench_plan.json"
+#: The logdirs under the root: ``{language}/{kind}/{label}``.
+LOGDIRS = "*/*/*"
 SPLITS = ("dev", "test")
 TREEBANK_SIZES = {"vi": "1,400 / 800 / 800", "en": "12,543 / 2,002 / 2,077"}
 
 
-def _value(value: float) -> float:
-    """A C or mu as it reads back from its logdir name (``C{value:g}``)."""
-    return float(f"{float(value):g}")
-
-
 @dataclasses.dataclass(frozen=True)
-class Protocol:
+class Protocol(RecordedOptions):
     """Every number of the plan (the defaults are the module constants; :data:`QUICK` is the smoke test).
 
     ``{language}_train_sentences`` / ``{language}_dev_sentences`` keep the first N sentences
@@ -212,8 +217,10 @@ class Protocol:
         for name in ("Cs", "frobenius_mus", "dims"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
-        object.__setattr__(self, "Cs", tuple(sorted({_value(C) for C in self.Cs})))
-        object.__setattr__(self, "frobenius_mus", tuple(sorted({_value(mu) for mu in self.frobenius_mus})))
+        object.__setattr__(self, "Cs", tuple(sorted({logdir_value(C) for C in self.Cs})))
+        object.__setattr__(
+            self, "frobenius_mus", tuple(sorted({logdir_value(mu) for mu in self.frobenius_mus}))
+        )
         object.__setattr__(self, "dims", tuple(sorted({int(d) for d in self.dims})))
 
     def limits(self, language: str) -> tuple[int | None, int | None]:
@@ -228,19 +235,6 @@ class Protocol:
             "dim": self.dim_steps,
             "stochastic": self.stochastic_steps,
         }.get(kind, self.steps)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able form."""
-        return {
-            field.name: list(value) if isinstance(value := getattr(self, field.name), tuple) else value
-            for field in dataclasses.fields(self)
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Protocol:
-        """Inverse of :meth:`to_json`; unknown keys are ignored."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
 
 
 FULL = Protocol()
@@ -314,49 +308,28 @@ class RunStatus:
     dev_uas: float = math.nan
 
 
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """The value of a grid (C of the sweep, or mu of the baseline) with the best final dev UAS.
-
-    ``scores`` maps every finished grid value to its dev UAS; ``value`` is None while
-    ``missing`` (runs of the grid not finished) is not empty. Ties go to the smaller value,
-    NaN scores rank last.
-    """
-
-    kind: str
-    scores: dict[float, float]
-    value: float | None
-    missing: tuple[RunSpec, ...] = ()
-    widened: int = 0
-
-    def at_edge(self) -> bool:
-        """Whether the choice is an end of its (possibly widened) grid of several values."""
-        grid = sorted(self.scores)
-        return len(grid) > 1 and self.value in (grid[0], grid[-1])
-
-
 def choose(
     kind: str,
     language: str,
     grid: Sequence[float],
     statuses: Mapping[RunSpec, RunStatus],
     max_widenings: int = 0,
-) -> Choice:
+) -> GridChoice[RunSpec]:
     """The value of ``grid`` whose ``kind`` run on ``language`` has the best final dev UAS.
 
-    A best value at an end of a grid of three values or more widens the grid by a factor of
-    2 beyond it (at most ``max_widenings`` times): the choice then waits for that run, which
-    it lists as missing. A grid of one value is chosen without any run.
+    A best value at an end of the grid widens it by a factor of 2, at most ``max_widenings``
+    times (:func:`resumable_runs.choose_on_grid`).
 
     Args:
         kind: the kind of the grid's runs (``sparsemap`` for C, ``frobenius`` for mu).
         language: their treebank.
         grid: the values.
-        statuses: what each logdir holds (a run absent from it is not started).
+        statuses: what each logdir holds.
         max_widenings: how many times the grid may be widened.
 
     Returns:
-        A :class:`Choice`; its ``value`` is None until every run it needs has finished.
+        A :class:`resumable_runs.GridChoice` of the dev UAS, waiting (``value`` None) for
+        ``missing``.
 
     Example:
         >>> done = lambda uas: RunStatus(finished=True, dev_uas=uas)
@@ -365,30 +338,16 @@ def choose(
         >>> choose("sparsemap", "vi", [10, 20], statuses).value
         20.0
     """
-    values = sorted(_value(v) for v in grid)
-    if len(values) == 1:
-        return Choice(kind, {}, values[0])
-    widened = 0
-    while True:
-        scores, missing = {}, []
-        for value in values:
-            spec = RunSpec(kind, language, value)
-            status = statuses.get(spec, RunStatus())
-            if status.finished:
-                scores[value] = status.dev_uas
-            else:
-                missing.append(spec)
-        if missing:
-            return Choice(kind, scores, None, tuple(missing), widened)
-        best = max(values, key=lambda v: (-math.inf if math.isnan(scores[v]) else scores[v], -v))
-        if len(grid) < 3 or widened == max_widenings or best not in (values[0], values[-1]):
-            return Choice(kind, scores, best, (), widened)
-        values = [_value(best / 2), *values] if best == values[0] else [*values, _value(best * 2)]
-        widened += 1
+    return choose_on_grid(
+        grid,
+        lambda value: [RunSpec(kind, language, value)],
+        {spec: status.dev_uas for spec, status in statuses.items() if status.finished},
+        max_widenings,
+    )
 
 
-@dataclasses.dataclass
-class Plan:
+@dataclasses.dataclass(kw_only=True)
+class Plan(RunPlan[RunSpec]):
     """The runs of the protocol as far as they are decided, split by what is left to do.
 
     ``runs`` holds the C sweep (widened as :attr:`C` decides), the d runs, the Frobenius
@@ -398,20 +357,8 @@ class Plan:
     """
 
     protocol: Protocol
-    runs: list[RunSpec]
-    C: Choice
-    mu: Choice
-    waiting: list[tuple[str, str]]
-    done: list[RunSpec]
-    evaluate: list[RunSpec]
-    resume: list[RunSpec]
-    start: list[RunSpec]
-
-    @property
-    def pending(self) -> list[RunSpec]:
-        """Runs with something left to do: those to evaluate or resume first, then plan order."""
-        todo = {*self.evaluate, *self.resume, *self.start}
-        return sorted((spec for spec in self.runs if spec in todo), key=lambda spec: spec in self.start)
+    C: GridChoice[RunSpec]
+    mu: GridChoice[RunSpec]
 
 
 def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Plan:
@@ -442,13 +389,15 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
             waiting.append((language, kind))
         else:
             runs[RunSpec(kind, language, C.value)] = None
-    plan = Plan(protocol, list(runs), C, mu, waiting, [], [], [], [])
+    plan = Plan(runs=list(runs), waiting=waiting, protocol=protocol, C=C, mu=mu)
     for spec in plan.runs:
         status = statuses.get(spec, RunStatus())
-        if status.finished:
-            (plan.done if status.evaluated >= set(spec.splits) else plan.evaluate).append(spec)
-        else:
-            (plan.resume if status.resumable and spec.resumable else plan.start).append(spec)
+        plan.add(
+            spec,
+            finished=status.finished,
+            evaluated=status.evaluated >= set(spec.splits),
+            resumable=status.resumable and spec.resumable,
+        )
     return plan
 
 
@@ -457,12 +406,12 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
 
 def read_status(logdir: Path) -> RunStatus:
     """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint.npz``, ``eval_*.json``."""
-    final = _read_json(logdir / FINAL_FILE)
+    final = read_json(logdir / FINAL_FILE)
     return RunStatus(
         finished=final is not None,
         resumable=(logdir / CHECKPOINT_FILE).is_file(),
         evaluated=frozenset(split for split in SPLITS if (logdir / f"eval_{split}.json").is_file()),
-        dev_uas=_float(((final or {}).get("dev") or {}).get("uas")),
+        dev_uas=to_float(((final or {}).get("dev") or {}).get("uas")),
     )
 
 
@@ -472,7 +421,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
         language, kind, label = logdir.relative_to(root).parts
         spec = RunSpec(kind, language, 0.0)
         if language in LANGUAGES and kind in KINDS and label.startswith(spec.prefix):
-            return RunSpec(kind, language, _value(float(label[len(spec.prefix) :])))
+            return RunSpec(kind, language, logdir_value(float(label[len(spec.prefix) :])))
     except ValueError:
         pass
     return None
@@ -480,12 +429,7 @@ def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
 
 def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
     """The status of every run directory under ``root``."""
-    statuses = {}
-    for logdir in sorted(root.glob("*/*/*")):
-        spec = parse_logdir(root, logdir)
-        if spec is not None and logdir.is_dir():
-            statuses[spec] = read_status(logdir)
-    return statuses
+    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -504,7 +448,7 @@ def train_command(
     Example:
         >>> spec = RunSpec("stochastic", "en", 20.0)
         >>> argv = train_command(spec, FULL, Path("ud"), Path("runs"), python="py")
-        >>> shlex.join(argv[2:])  # doctest: +NORMALIZE_WHITESPACE
+        >>> " ".join(argv[2:])  # doctest: +NORMALIZE_WHITESPACE
         'train --treebank ud/en_ewt-2.0 --C 20 --lam 5 --steps 200 --loss sparsemap --step-rule standard
         --dim 4096 --seed 0 --eval-every 25 --checkpoint-every 25 --batch-size 1000 --logdir
         runs/en/stochastic/C20 --time-limit 40'
@@ -586,41 +530,16 @@ def execute(
     """
     logdir = spec.logdir(root)
     status = read_status(logdir)
-    state = _read_json(logdir / STATE_FILE) or {}
-    state = {"train_wall_s": 0.0, "sessions": 0, "eval_wall_s": {}, **state}
-    for kind, argv in run_commands(spec, status, protocol, data, root, time_limit):
-        if kind == "train":
-            fresh = not (status.resumable and spec.resumable)
-            _log(f"{'train' if fresh else 'resume'} {spec.name}")
-            code = run_training(argv, logdir, state, env, fresh)
-            while (
-                code == 0
-                and spec.resumable
-                and not (logdir / FINAL_FILE).is_file()
-                and read_status(logdir).resumable
-            ):
-                _log(f"resume {spec.name} (time limit of the last process)")
-                code = run_training(argv, logdir, state, env, fresh=False)
-            if code != 0 or not (logdir / FINAL_FILE).is_file():
-                _log(f"FAILED training {spec.name} (exit {code}, see {logdir / TRAIN_LOG})")
-                return False
-        else:
-            split = argv[argv.index("--split") + 1]
-            _log(f"evaluate {spec.name} on {split}")
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-            (logdir / f"bench_eval_{split}.log").write_text(proc.stdout + proc.stderr)
-            target = logdir / f"eval_{split}.json"
-            if not target.is_file():  # the CLI writes it; fall back on its JSON line
-                try:
-                    _write_json(target, parse_eval_output(proc.stdout, key="uas"))
-                except ValueError:
-                    _log(f"FAILED evaluating {spec.name} on {split} (exit {proc.returncode})")
-                    return False
-            state["eval_wall_s"] = {**state["eval_wall_s"], split: round(time.perf_counter() - start, 3)}
-            _write_json(logdir / STATE_FILE, state)
-    _log(f"done {spec.name} (train {state['train_wall_s'] / 60:.1f} min)")
-    return True
+    return execute_run(
+        spec.name,
+        logdir,
+        run_commands(spec, status, protocol, data, root, time_limit),
+        env,
+        fresh=not (status.resumable and spec.resumable),
+        resume_argv=train_command(spec, protocol, data, root, time_limit) if spec.resumable else None,
+        checkpoint=CHECKPOINT_FILE,
+        eval_key="uas",
+    )
 
 
 def describe_choices(plan: Plan) -> list[str]:
@@ -641,25 +560,26 @@ def describe_choices(plan: Plan) -> list[str]:
             widened = f", grid widened {choice.widened} time(s) by a factor of 2" if choice.widened else ""
             edge = "; at an end of the grid" if choice.at_edge() else ""
             lines.append(
-                f"{what}: {choice.value:g} (dev UAS {_fmt(choice.scores[choice.value], 2)}; grid {values}"
+                f"{what}: {choice.value:g} (dev UAS {fmt(choice.scores[choice.value], 2)}; grid {values}"
                 f"{widened}{edge})"
             )
     return lines
 
 
-def _write_plan_file(root: Path, plan: Plan) -> None:
+def _replan(protocol: Protocol, root: Path) -> Plan:
+    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
+    plan = plan_suite(protocol, scan_statuses(root))
     choices = {
         name: {"value": choice.value, "scores": {f"{k:g}": v for k, v in choice.scores.items()}}
         for name, choice in (("C", plan.C), ("mu", plan.mu))
     }
-    root.mkdir(parents=True, exist_ok=True)
-    _write_json(root / PLAN_FILE, {"protocol": plan.protocol.to_json(), "choices": choices})
+    write_plan(root, {"protocol": plan.protocol.to_json(), "choices": choices})
+    return plan
 
 
 def read_protocol(root: Path) -> Protocol:
     """The protocol recorded by the last ``run`` in ``{root}/bench_plan.json`` (:data:`FULL` without)."""
-    recorded = _read_json(root / PLAN_FILE)
-    return Protocol.from_json(recorded["protocol"]) if recorded and "protocol" in recorded else FULL
+    return Protocol.recorded(root, "protocol")
 
 
 def run_suite(
@@ -679,51 +599,32 @@ def run_suite(
     Returns:
         True when every planned run is finished and evaluated.
     """
-    attempted: set[RunSpec] = set()
-    ok = True
-    while True:
-        plan = plan_suite(protocol, scan_statuses(root))
-        _write_plan_file(root, plan)
-        todo = [spec for spec in plan.pending if spec not in attempted]
-        if not todo:
-            break
-        attempted.update(todo)
-        _log(f"round: {len(todo)} runs ({len(plan.done)} done, {len(plan.waiting)} waiting for C)")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(execute, spec, protocol, data, root, env, time_limit) for spec in todo]
-            try:
-                ok = all([future.result() for future in futures]) and ok
-            except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+    plan, ok = run_rounds(
+        lambda: _replan(protocol, root),
+        lambda spec: execute(spec, protocol, data, root, env, time_limit),
+        jobs,
+        waiting="waiting for C",
+    )
     for line in describe_choices(plan):
-        _log(line)
-    return ok and not plan.pending and not plan.waiting
+        log_progress(line)
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------- report
 
 
 @dataclasses.dataclass
-class RunResult:
-    """A finished run (``final.json``) as read back from its logdir."""
+class RunResult(FinishedRun):
+    """A finished run (``final.json``) as read back from its logdir, with its evaluations."""
 
     spec: RunSpec
-    final: dict[str, Any]
     evals: dict[str, dict[str, Any]]
-    state: dict[str, Any]
-    config: dict[str, Any]
-    progress: dict[str, np.ndarray]
-
-    def column(self, name: str) -> np.ndarray:
-        """A ``progress.csv`` column as floats (empty when absent)."""
-        return self.progress.get(name, np.array([]))
 
     def uas(self, split: str) -> float:
         """``final.json``'s dev UAS, or ``eval_{split}.json``'s UAS (NaN when not evaluated)."""
         if split == "dev" and "dev" in self.final:
-            return _float((self.final.get("dev") or {}).get("uas"))
-        return _float(self.evals.get(split, {}).get("uas"))
+            return to_float((self.final.get("dev") or {}).get("uas"))
+        return to_float(self.evals.get(split, {}).get("uas"))
 
     @property
     def step_seconds(self) -> np.ndarray:
@@ -734,35 +635,20 @@ class RunResult:
     @property
     def C(self) -> float:
         """The radius the run was trained with (NaN for the baseline)."""
-        return _float(self.config.get("hazan", {}).get("C"))
+        return to_float(self.config.get("hazan", {}).get("C"))
 
     @property
     def wall_minutes(self) -> float:
         """Training wall time over every session (``bench_state.json``), in minutes."""
-        return _float(self.state.get("train_wall_s")) / 60
+        return to_float(self.state.get("train_wall_s")) / 60
 
 
 def load_runs(root: Path) -> list[RunResult]:
     """Every finished run (``final.json`` readable) under ``root``."""
-    runs = []
-    for final_path in sorted(root.glob(f"*/*/*/{FINAL_FILE}")):
-        logdir = final_path.parent
-        spec, final = parse_logdir(root, logdir), _read_json(final_path)
-        if spec is None or final is None:
-            continue
-        progress = read_progress(logdir / "progress.csv") if (logdir / "progress.csv").is_file() else {}
-        evals = {split: e for split in SPLITS if (e := _read_json(logdir / f"eval_{split}.json")) is not None}
-        runs.append(
-            RunResult(
-                spec=spec,
-                final=final,
-                evals=evals,
-                state=_read_json(logdir / STATE_FILE) or {},
-                config=_read_json(logdir / "config.json") or {},
-                progress=progress,
-            )
-        )
-    return runs
+    return [
+        RunResult(**fields, evals=read_evaluations(logdir, SPLITS))
+        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
+    ]
 
 
 def gap_slope(steps: np.ndarray, gaps: np.ndarray, start: int = SLOPE_FROM_STEP) -> float:
@@ -786,7 +672,7 @@ def gap_slope(steps: np.ndarray, gaps: np.ndarray, start: int = SLOPE_FROM_STEP)
 
 
 def _int(value: Any) -> str:
-    number = _float(value)
+    number = to_float(value)
     return "n/a" if not math.isfinite(number) else f"{int(number):,}"
 
 
@@ -822,10 +708,10 @@ def _sweep_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dic
         f = run.final
         C = f"**{run.spec.value:g}**" if run.spec.value == plan.C.value else f"{run.spec.value:g}"
         lines.append(
-            f"| {C} | {_int(f.get('steps'))} | {_fmt(run.uas('dev'), 2)} | {_fmt(run.uas('test'), 2)} "
-            f"| {_sci(_float(f.get('objective')))} | {_sci(_float(f.get('gap')))} | {_int(f.get('rank'))} "
-            f"| {_int(f.get('num_parameters'))} | {_fmt(_median(run.step_seconds), 2)} "
-            f"| {_fmt(run.wall_minutes, 1)} |"
+            f"| {C} | {_int(f.get('steps'))} | {fmt(run.uas('dev'), 2)} | {fmt(run.uas('test'), 2)} "
+            f"| {_sci(to_float(f.get('objective')))} | {_sci(to_float(f.get('gap')))} "
+            f"| {_int(f.get('rank'))} | {_int(f.get('num_parameters'))} "
+            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
         rows.append({"C": run.spec.value, "dev_uas": run.uas("dev"), "test_uas": run.uas("test")})
     if not rows:
@@ -862,11 +748,11 @@ def _comparison_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         dense = kind == "frobenius"
         loss = f.get("loss") if dense else f.get("objective")
         lines.append(
-            f"| {label} | {setting} | {_int(f.get('steps'))} | {_fmt(run.uas('dev'), 2)} "
-            f"| {_fmt(run.uas('test'), 2)} "
+            f"| {label} | {setting} | {_int(f.get('steps'))} | {fmt(run.uas('dev'), 2)} "
+            f"| {fmt(run.uas('test'), 2)} "
             f"| {_int(f.get('num_parameters'))} | {'dense' if dense else _int(f.get('rank'))} "
-            f"| {_sci(_float(loss))} | {'n/a' if dense else _sci(_float(f.get('gap')))} "
-            f"| {_fmt(_median(run.step_seconds), 2)} | {_fmt(run.wall_minutes, 1)} |"
+            f"| {_sci(to_float(loss))} | {'n/a' if dense else _sci(to_float(f.get('gap')))} "
+            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
     return lines
 
@@ -894,10 +780,10 @@ def _stochastic_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         f = run.final
         lines.append(
             f"| {run.spec.value:g} | {p.stochastic_batch_size} | {_int(f.get('steps'))} "
-            f"| {_fmt(run.uas('dev'), 2)} | {_fmt(run.uas('test'), 2)} | {_int(f.get('rank'))} "
+            f"| {fmt(run.uas('dev'), 2)} | {fmt(run.uas('test'), 2)} | {_int(f.get('rank'))} "
             f"| {_int(f.get('num_parameters'))} "
-            f"| {_sci(_float(f.get('objective')))} | {_sci(_float(f.get('gap')))} "
-            f"| {_fmt(_median(run.step_seconds), 2)} | {_fmt(run.wall_minutes, 1)} |"
+            f"| {_sci(to_float(f.get('objective')))} | {_sci(to_float(f.get('gap')))} "
+            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
     if not found:
         lines.append("| missing | | | | | | | | | | |")
@@ -923,20 +809,20 @@ def _dim_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dict]
         d = int(run.spec.value)
         f = run.final
         seconds = run.step_seconds
-        stored = _float(f.get("num_parameters")) * 8 / 2**20
+        stored = to_float(f.get("num_parameters")) * 8 / 2**20
         row = {
             "d": d,
             "median": _median(seconds),
             "mean": float(np.nanmean(seconds)) if np.isfinite(seconds).any() else math.nan,
-            "peak": _float(f.get("peak_memory_mib")),
+            "peak": to_float(f.get("peak_memory_mib")),
             "stored": stored,
             "dense": 8 * d**2 / 2**20,
         }
         rows.append(row)
         lines.append(
-            f"| {d} | {_int(f.get('steps'))} | {_fmt(row['median'], 3)} | {_fmt(row['mean'], 3)} "
-            f"| {_fmt(row['peak'], 0)} | {_sci(stored)} | {row['dense']:,.1f} "
-            f"| {_fmt(run.uas('dev'), 2)} |"
+            f"| {d} | {_int(f.get('steps'))} | {fmt(row['median'], 3)} | {fmt(row['mean'], 3)} "
+            f"| {fmt(row['peak'], 0)} | {_sci(stored)} | {row['dense']:,.1f} "
+            f"| {fmt(run.uas('dev'), 2)} |"
         )
     if not rows:
         lines.append("| missing | | | | | | | |")
@@ -962,8 +848,8 @@ def _claims_table(runs: list[RunResult]) -> list[str]:
         ratio = float(np.nanmax(run.column("rank") / steps))
         feasible = float(np.nanmax(run.column("norm_bound"))) / run.C if math.isfinite(run.C) else math.nan
         lines.append(
-            f"| {run.spec.name} | {int(steps[-1])} | {_fmt(ratio, 3)} | {_fmt(feasible, 6)} "
-            f"| {_fmt(gap_slope(steps, gaps), 2)} | {_sci(gaps[0])} | {_sci(gaps[-1])} |"
+            f"| {run.spec.name} | {int(steps[-1])} | {fmt(ratio, 3)} | {fmt(feasible, 6)} "
+            f"| {fmt(gap_slope(steps, gaps), 2)} | {_sci(gaps[0])} | {_sci(gaps[-1])} |"
         )
     if not checked:
         lines.append("| none finished | | | | | | |")
@@ -986,18 +872,12 @@ def _protocol_lines(protocol: Protocol) -> list[str]:
 
 
 def _missing_lines(plan: Plan) -> list[str]:
-    lines = []
-    for spec in plan.evaluate:
-        lines.append(f"- `{spec.name}`: trained, not evaluated on {', '.join(spec.splits)}")
-    for spec in plan.resume:
-        lines.append(f"- `{spec.name}`: partial (checkpoint), to resume")
-    for spec in plan.start:
-        lines.append(f"- `{spec.name}`: not started (or failed before a checkpoint)")
-    for language, kind in plan.waiting:
-        lines.append(
-            f"- `{language}/{kind}`: waits for the choice of C ({len(plan.C.missing)} sweep runs unfinished)"
-        )
-    return lines or ["None: every planned run is finished and evaluated."]
+    """The planned runs not finished and evaluated, and those waiting for the choice of C."""
+    waiting = [
+        f"- `{language}/{kind}`: waits for the choice of C ({len(plan.C.missing)} sweep runs unfinished)"
+        for language, kind in plan.waiting
+    ]
+    return missing_run_lines(plan, lambda spec: ", ".join(spec.splits), waiting)
 
 
 def _example_module():
@@ -1180,10 +1060,7 @@ def write_report(root: Path, protocol: Protocol | None = None) -> Path:
             "## Figures",
             *(f"![{caption}]({path.relative_to(root).as_posix()})" for caption, path in figures),
         ]
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "results.md"
-    path.write_text("\n\n".join(sections) + "\n")
-    return path
+    return write_results(root, sections)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -1191,23 +1068,12 @@ def write_report(root: Path, protocol: Protocol | None = None) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the ``run`` / ``report`` command line."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train and evaluate the plan (resumable), then report")
-    run.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help=f"directory of the runs (default {DEFAULT_ROOT}, {QUICK_ROOT} with --quick)",
-    )
-    run.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="folder of the treebank folders (default %(default)s)"
-    )
-    run.add_argument("--jobs", type=int, default=1, help="training processes at a time (default 1)")
-    run.add_argument(
-        "--threads-per-job", type=int, default=None, help="CPU threads per job (default cores / jobs)"
+    parser, run = runner_parser(
+        __doc__,
+        "train and evaluate the plan (resumable), then report",
+        (DEFAULT_ROOT, QUICK_ROOT),
+        DEFAULT_DATA,
+        "folder of the treebank folders",
     )
     run.add_argument(
         "--time-limit",
@@ -1216,12 +1082,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="minutes after which a training process takes no new step; the next one resumes "
         "(default %(default)s)",
     )
-    run.add_argument("--quick", action="store_true", help="smoke test of a few minutes (see the description)")
-    run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
-    report = sub.add_parser("report", help="write results.md and figures/ from the finished runs")
-    report.add_argument(
-        "--root", type=Path, default=DEFAULT_ROOT, help="directory of the runs (default %(default)s)"
-    )
+    add_run_options(run, "smoke test of a few minutes (see the description)")
     return parser.parse_args(argv)
 
 
@@ -1233,7 +1094,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     protocol = QUICK if args.quick else FULL
     root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = _read_json(root / PLAN_FILE)
+    recorded = read_json(root / PLAN_FILE)
     if recorded and Protocol.from_json(recorded.get("protocol", {})) != protocol:
         print(
             f"{root} holds runs of another protocol (see {root / PLAN_FILE}); use another --root",
@@ -1243,22 +1104,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         statuses = scan_statuses(root)
         plan = plan_suite(protocol, statuses)
-        for spec in plan.pending:
-            status = statuses.get(spec, RunStatus())
-            for _, command in run_commands(spec, status, protocol, args.data, root, args.time_limit):
-                print(shlex.join(command))
-        for line in describe_choices(plan):
-            print(f"# {line}")
-        for language, kind in plan.waiting:
-            print(f"# {language}/{kind} waits for the choice of C")
+        print_dry_run(
+            plan.pending,
+            lambda spec: run_commands(
+                spec, statuses.get(spec, RunStatus()), protocol, args.data, root, args.time_limit
+            ),
+            [
+                *describe_choices(plan),
+                *(f"{language}/{kind} waits for the choice of C" for language, kind in plan.waiting),
+            ],
+        )
         return 0
     missing = [folder for folder in LANGUAGES.values() if not (args.data / folder).is_dir()]
     if missing:
         print(f"treebank folders missing under {args.data}: {', '.join(missing)}", file=sys.stderr)
         return 2
-    threads = args.threads_per_job or max(1, (os.cpu_count() or 1) // args.jobs)
-    ok = run_suite(protocol, args.data, root, args.jobs, subprocess_env(threads), args.time_limit)
-    _log(f"report: {write_report(root, protocol)}")
+    env = jobs_env(args.jobs, args.threads_per_job)
+    ok = run_suite(protocol, args.data, root, args.jobs, env, args.time_limit)
+    log_progress(f"report: {write_report(root, protocol)}")
     return 0 if ok else 1
 
 

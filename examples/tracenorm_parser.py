@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import pathlib
@@ -87,18 +88,16 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (no heavy import)."""
+    shows_defaults = argparse.ArgumentDefaultsHelpFormatter  # in every command's --help
     parser = argparse.ArgumentParser(
         prog="tracenorm_parser.py",
         description="Trace-norm bilinear dependency parser trained by Hazan's algorithm (Frank-Wolfe) "
         "with the SparseMAP or structured hinge loss.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=shows_defaults,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser(
-        "train",
-        help="train one model into --logdir (resumable)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
+    train = commands.add_parser("train", help="train one model into --logdir (resumable)")
     _add_training_arguments(train)
     train.add_argument("--C", type=float, default=10.0, help="radius of the ball ||A||_* + lam ||eta|| <= C")
     train.add_argument("--logdir", required=True, help="run folder")
@@ -109,23 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="minutes after which no new step starts: checkpoint, no final.json, exit 0; the same "
         "command resumes (0: no limit)",
     )
-    evaluate = commands.add_parser(
-        "evaluate", help="UAS of a run on a split", formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    evaluate = commands.add_parser("evaluate", help="UAS of a run on a split")
     evaluate.add_argument("--logdir", required=True, help="a folder written by train")
     evaluate.add_argument("--split", default="dev", choices=_SPLITS)
-    sweep = commands.add_parser(
-        "sweep",
-        help="train and evaluate for several C",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    sweep = commands.add_parser("sweep", help="train and evaluate for several C")
     _add_training_arguments(sweep)
     sweep.add_argument("--Cs", type=_float_list, required=True, help="radii, comma separated, e.g. 1,10,100")
     sweep.add_argument("--logdir", required=True, help="folder of the sweep (one sub-run per C)")
     frobenius = commands.add_parser(
         "frobenius",
         help="the dense baseline: min F + mu (||A||_F^2 + ||eta||^2) by Adam, evaluated on dev and test",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     frobenius.add_argument("--treebank", required=True, help="folder with *-ud-{train,dev,test}.conllu files")
     frobenius.add_argument("--mu", type=float, default=1e-3, help="weight of the Frobenius penalty")
@@ -166,6 +158,19 @@ def peak_memory_mib() -> float | None:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
 
 
+def _write_config(logdir: pathlib.Path, args: argparse.Namespace, trainer: str, settings) -> None:
+    """``config.json`` (the folder is created): the data options and, under ``trainer``, its settings."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "treebank": str(args.treebank),
+        "dim": args.dim,
+        "max_train_sentences": args.max_train_sentences,
+        "max_dev_sentences": args.max_dev_sentences,
+        trainer: {name: getattr(settings, name) for name in settings.__dataclass_fields__},
+    }
+    (logdir / "config.json").write_text(json.dumps(config, indent=2))
+
+
 def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | None:
     """One run (resumed from its checkpoint); None when stopped by ``--time-limit``."""
     from keras_structured.parsing import tracenorm
@@ -187,15 +192,7 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | N
     )
     train = featurize(_read_split(args.treebank, "train", args.max_train_sentences), args.dim)
     dev = featurize(_read_split(args.treebank, "dev", args.max_dev_sentences), args.dim)
-    logdir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "treebank": str(args.treebank),
-        "dim": args.dim,
-        "max_train_sentences": args.max_train_sentences,
-        "max_dev_sentences": args.max_dev_sentences,
-        "hazan": {name: getattr(settings, name) for name in settings.__dataclass_fields__},
-    }
-    (logdir / "config.json").write_text(json.dumps(config, indent=2))
+    _write_config(logdir, args, "hazan", settings)
     minutes = getattr(args, "time_limit", 0.0) or 0.0
     deadline = time.monotonic() + 60.0 * minutes if minutes > 0 else None
     stopped = []
@@ -275,15 +272,7 @@ def _frobenius(args: argparse.Namespace) -> dict:
     )
     train = featurize(_read_split(args.treebank, "train", args.max_train_sentences), args.dim)
     logdir = pathlib.Path(args.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "treebank": str(args.treebank),
-        "dim": args.dim,
-        "max_train_sentences": args.max_train_sentences,
-        "max_dev_sentences": args.max_dev_sentences,
-        "frobenius": {name: getattr(settings, name) for name in settings.__dataclass_fields__},
-    }
-    (logdir / "config.json").write_text(json.dumps(config, indent=2))
+    _write_config(logdir, args, "frobenius", settings)
     try:
         model, history = tracenorm.train_frobenius(train, settings)
     except FloatingPointError as error:

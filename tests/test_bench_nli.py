@@ -16,24 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_modules import load_benchmark
+from keras_structured.nli.training import PROGRESS_COLUMNS
+from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
-load_benchmark("bench_rl")  # bench_nli imports its helpers
-bench = load_benchmark("bench_nli")
+bench = load_runner("bench_nli")
 
 R = bench.RunSpec
-COLUMNS = (
-    "epoch",
-    "learning_rate",
-    "loss",
-    "train_accuracy",
-    "trial_accuracy",
-    "alignment_nonzero_percent",
-    "structures_per_pair",
-    "unfinished_train_batches",
-    "epoch_seconds",
-    "train_steps_per_s",
-)
 NONZERO = {"softmax": 100.0, "sequence": 12.0, "matching": 9.0}
 STEP_SECONDS = {"softmax": 0.2, "sequence": 0.26, "matching": 0.34}
 
@@ -42,11 +30,7 @@ def done(trial: float) -> bench.RunStatus:
     return bench.RunStatus(finished=True, evaluated=True, trial_accuracy=trial)
 
 
-def _value(argv: list[str], flag: str) -> str:
-    return argv[argv.index(flag) + 1]
-
-
-class FakeNLI:
+class FakeNLI(FakeCLI):
     """Stands in for ``subprocess.run`` of the NLI CLI: writes what each subcommand would.
 
     The trial accuracy of a run is ``trial(attention, lr)``; a run finishes after
@@ -55,11 +39,8 @@ class FakeNLI:
     def __init__(
         self, trial=None, train_exit: int = 0, write_eval: bool = True, processes_to_finish: int = 1
     ):
-        self.calls: list[list[str]] = []
+        super().__init__(train_exit, write_eval, processes_to_finish)
         self.trial = trial or (lambda attention, lr: 60.0 + 10 * lr)
-        self.train_exit = train_exit
-        self.write_eval = write_eval
-        self.processes_to_finish = processes_to_finish
 
     def __call__(self, argv, **kwargs):
         self.calls.append(argv)
@@ -67,7 +48,7 @@ class FakeNLI:
         if command == "train":
             return self._train(argv)
         if command == "evaluate":
-            logdir = Path(_value(argv, "--logdir"))
+            logdir = Path(arg_value(argv, "--logdir"))
             attention = json.loads((logdir / "config.json").read_text())["attention"]
             result = {
                 "accuracy": 70.0
@@ -80,13 +61,9 @@ class FakeNLI:
                 "mean_structures": math.nan if attention == "softmax" else 1.5,
                 "sparsemap_unfinished": 0,
             }
-            if self.write_eval:
-                (logdir / "eval_test.json").write_text(json.dumps(result))
-            return subprocess.CompletedProcess(
-                argv, 0, stdout="loading\n" + json.dumps(result) + "\n", stderr=""
-            )
+            return self.evaluation(argv, logdir / "eval_test.json", result)
         if command == "align":
-            logdir = Path(_value(argv, "--logdir"))
+            logdir = Path(arg_value(argv, "--logdir"))
             attention = json.loads((logdir / "config.json").read_text())["attention"]
             pairs = [
                 {
@@ -101,7 +78,7 @@ class FakeNLI:
                 }
                 for pair_id, label in ((12, "entailment"), (40, "contradiction"))
             ]
-            Path(_value(argv, "--output")).write_text(json.dumps({"attention": attention, "pairs": pairs}))
+            Path(arg_value(argv, "--output")).write_text(json.dumps({"attention": attention, "pairs": pairs}))
             return subprocess.CompletedProcess(argv, 0, stdout="", stderr="")
         assert command == "time"
         logdirs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--logdir"]
@@ -110,31 +87,28 @@ class FakeNLI:
             attention = json.loads((Path(logdir) / "config.json").read_text())["attention"]
             timing[logdir] = {
                 "attention": attention,
-                "steps": int(_value(argv, "--steps")),
+                "steps": int(arg_value(argv, "--steps")),
                 "median_step_s": STEP_SECONDS[attention],
             }
-        Path(_value(argv, "--output")).write_text(json.dumps(timing))
+        Path(arg_value(argv, "--output")).write_text(json.dumps(timing))
         return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(timing), stderr="")
 
     def _train(self, argv):
-        logdir = Path(_value(argv, "--logdir"))
-        fresh = "--resume" not in argv
-        holds_run = (logdir / "checkpoint").exists() or (logdir / "final.json").exists()
-        if (fresh and holds_run) or not (fresh or (logdir / "checkpoint" / "state.json").is_file()):
-            return subprocess.CompletedProcess(argv, 2)  # the CLI's refusals
+        logdir = Path(arg_value(argv, "--logdir"))
+        if self.refuses(argv, logdir):
+            return subprocess.CompletedProcess(argv, 2)
         assert "--time-limit" in argv and "--quiet" in argv
-        attention, lr = _value(argv, "--attention"), float(_value(argv, "--learning-rate"))
+        attention, lr = arg_value(argv, "--attention"), float(arg_value(argv, "--learning-rate"))
         (logdir / "checkpoint").mkdir(parents=True, exist_ok=True)
         (logdir / "checkpoint" / "state.json").write_text("{}")
         (logdir / "config.json").write_text(json.dumps({"attention": attention, "learning_rate": lr}))
         with open(logdir / "progress.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(COLUMNS)
+            writer.writerow(PROGRESS_COLUMNS)
             for epoch in (1, 2):
                 speed = 1 / STEP_SECONDS[attention]
                 writer.writerow([epoch, lr, 1.0, 50, 60, NONZERO[attention], 1.5, 0, 30.0 * epoch, speed])
-        trains = sum(call[3] == "train" and _value(call, "--logdir") == str(logdir) for call in self.calls)
-        if self.train_exit == 0 and trains >= self.processes_to_finish:
+        if self.train_exit == 0 and self.trains(logdir) >= self.processes_to_finish:
             final = {
                 "finished": True,
                 "best_epoch": 2,
@@ -152,25 +126,23 @@ class FakeNLI:
 
 def test_choose_learning_rate_best_ties_nan_missing_and_widening():
     grid = (2.0**-6, 2.0**-5, 2.0**-4, 2.0**-3)
+    rate = bench.logdir_value  # a learning rate as it reads back from its logdir name
     statuses = {
-        R("sequence", bench._lr(lr), 0): done(acc)
-        for lr, acc in zip(grid, (60.0, 64.0, 64.0, 61.0), strict=True)
+        R("sequence", rate(lr), 0): done(acc) for lr, acc in zip(grid, (60.0, 64.0, 64.0, 61.0), strict=True)
     }
     choice = bench.choose_learning_rate("sequence", grid, 0, statuses)
-    assert choice.learning_rate == bench._lr(2.0**-5) and choice.missing == ()  # a tie: the smaller rate
-    statuses[R("sequence", bench._lr(2.0**-5), 0)] = done(float("nan"))  # a diverged run ranks last
-    assert bench.choose_learning_rate("sequence", grid, 0, statuses).learning_rate == bench._lr(2.0**-4)
+    assert choice.learning_rate == rate(2.0**-5) and choice.missing == ()  # a tie: the smaller rate
+    statuses[R("sequence", rate(2.0**-5), 0)] = done(float("nan"))  # a diverged run ranks last
+    assert bench.choose_learning_rate("sequence", grid, 0, statuses).learning_rate == rate(2.0**-4)
 
-    best_at_top = {R("softmax", bench._lr(lr), 0): done(50.0 + 100 * lr) for lr in grid}
+    best_at_top = {R("softmax", rate(lr), 0): done(50.0 + 100 * lr) for lr in grid}
     widened = bench.choose_learning_rate("softmax", grid, 0, best_at_top)
     assert widened.learning_rate is None and widened.missing == (R("softmax", 0.25, 0),)
     best_at_top[R("softmax", 0.25, 0)] = done(70.0)
     best_at_top[R("softmax", 0.5, 0)] = done(80.0)  # widened twice, then stops widening
     assert bench.choose_learning_rate("softmax", grid, 0, best_at_top).learning_rate == 0.5
 
-    partial = bench.choose_learning_rate(
-        "matching", grid, 0, {R("matching", bench._lr(grid[0]), 0): done(1.0)}
-    )
+    partial = bench.choose_learning_rate("matching", grid, 0, {R("matching", rate(grid[0]), 0): done(1.0)})
     assert partial.learning_rate is None and len(partial.missing) == 3
     assert bench.choose_learning_rate("matching", [0.0625], 0, {}).learning_rate == 0.0625
 
@@ -204,8 +176,8 @@ def test_commands_fresh_resume_and_evaluation_only(tmp_path):
     steps = bench.run_commands(spec, bench.RunStatus(), config, Path("sick.tsv"), tmp_path)
     (kind, train), (_, evaluate) = steps
     assert kind == "train" and train[1:4] == ["-m", "keras_structured.nli", "train"]
-    assert _value(train, "--attention") == "sequence" and _value(train, "--learning-rate") == "0.0625"
-    assert _value(train, "--logdir") == str(tmp_path / "sequence" / "lr0.0625" / "seed1")
+    assert arg_value(train, "--attention") == "sequence" and arg_value(train, "--learning-rate") == "0.0625"
+    assert arg_value(train, "--logdir") == str(tmp_path / "sequence" / "lr0.0625" / "seed1")
     assert "--resume" not in train and train[-3:] == ["--epochs", "2", "--quiet"]
     assert evaluate[-4:] == ["test", "--max-pairs", "300", "--json"]
     resumed = bench.run_commands(spec, bench.RunStatus(resumable=True), config, Path("sick.tsv"), tmp_path)
@@ -215,7 +187,7 @@ def test_commands_fresh_resume_and_evaluation_only(tmp_path):
 
 def test_scan_statuses_reads_the_logdirs(tmp_path, monkeypatch):
     fake = FakeNLI()
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(attentions=("matching",), learning_rates=(0.125,), seeds=(0,))
     assert bench.execute(R("matching", 0.125, 0), config, Path("sick.tsv"), tmp_path, {})
     (tmp_path / "matching" / "lr0.125" / "seed1" / "checkpoint").mkdir(parents=True)
@@ -238,17 +210,17 @@ def test_execute_resumes_after_a_failure_and_reads_the_eval_output(tmp_path, mon
     spec = R("sequence", 0.0625, 0)
     logdir = spec.logdir(tmp_path)
     failing = FakeNLI(train_exit=1)
-    monkeypatch.setattr(bench.subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "run", failing)
     assert not bench.execute(spec, config, Path("sick.tsv"), tmp_path, {"OMP_NUM_THREADS": "2"})
     status = bench.read_status(logdir)
     assert status.resumable and not status.finished and len(failing.calls) == 1
 
     fake = FakeNLI(write_eval=False)  # evaluate prints its JSON line only: the runner writes the file
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.execute(spec, config, Path("sick.tsv"), tmp_path, {"OMP_NUM_THREADS": "2"})
     assert "--resume" in fake.calls[0] and [c[3] for c in fake.calls] == ["train", "evaluate"]
     assert json.loads((logdir / "eval_test.json").read_text())["alignment_nonzero_percent"] == 12.0
-    state = json.loads((logdir / bench.STATE_FILE).read_text())
+    state = json.loads((logdir / resumable_runs.STATE_FILE).read_text())
     assert state["sessions"] == 2 and state["threads"] == 2 and "eval_wall_s" in state
     assert bench.execute(spec, config, Path("sick.tsv"), tmp_path, {}) and len(fake.calls) == 2  # skipped
 
@@ -262,20 +234,20 @@ def test_execute_resumes_after_a_failure_and_reads_the_eval_output(tmp_path, mon
 def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
     config = bench.SuiteConfig(attentions=("softmax",), learning_rates=(0.0625,), seeds=(0,))
     fake = FakeNLI(processes_to_finish=3)
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.execute(R("softmax", 0.0625, 0), config, Path("sick.tsv"), tmp_path, {})
     trains = [call for call in fake.calls if call[3] == "train"]
     assert len(trains) == 3 and "--resume" not in trains[0] and all("--resume" in c for c in trains[1:])
-    assert all(_value(c, "--time-limit") == "40" for c in trains)
+    assert all(arg_value(c, "--time-limit") == "40" for c in trains)
 
 
 def test_run_suite_tunes_runs_the_seeds_then_aligns_and_times_once(tmp_path, monkeypatch):
     fake = FakeNLI(trial=lambda attention, lr: 60.0 - abs(lr - 0.03125))  # 2^-5 is best: inside the grid
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(learning_rates=bench.LEARNING_RATES, seeds=(0, 1, 2), timing_steps=7)
     assert bench.run_suite(config, Path("sick.tsv"), tmp_path, jobs=2, env={})
     trained = sorted(
-        (_value(c, "--attention"), _value(c, "--learning-rate"), _value(c, "--seed"))
+        (arg_value(c, "--attention"), arg_value(c, "--learning-rate"), arg_value(c, "--seed"))
         for c in fake.calls
         if c[3] == "train"
     )
@@ -284,7 +256,7 @@ def test_run_suite_tunes_runs_the_seeds_then_aligns_and_times_once(tmp_path, mon
     kinds = [c[3] for c in fake.calls]
     assert kinds.count("align") == 3 and kinds.count("time") == 1 and kinds[-1] == "time"
     time_call = fake.calls[-1]
-    assert _value(time_call, "--steps") == "7" and time_call.count("--logdir") == 3
+    assert arg_value(time_call, "--steps") == "7" and time_call.count("--logdir") == 3
     assert all("seed0" in logdir for logdir in time_call if "lr0.03125" in logdir)
     recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
     assert {c["attention"]: c["learning_rate"] for c in recorded["choices"]} == dict.fromkeys(
@@ -306,7 +278,7 @@ def test_dry_run_prints_pending_commands_and_a_root_of_other_options_is_refused(
     assert len(trains) == 3 and all("--max-train-pairs 1000" in line for line in trains)
     assert lines[-1].startswith("# One learning rate (0.125)")
 
-    monkeypatch.setattr(bench.subprocess, "run", FakeNLI())
+    monkeypatch.setattr(subprocess, "run", FakeNLI())
     data = tmp_path / "sick.tsv"
     data.write_text("")
     assert bench.main(["run", "--quick", "--root", str(root), "--data", str(data)]) == 0
@@ -320,7 +292,7 @@ def test_dry_run_prints_pending_commands_and_a_root_of_other_options_is_refused(
 
 
 def test_report_table_claims_and_figures(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.subprocess, "run", FakeNLI())
+    monkeypatch.setattr(subprocess, "run", FakeNLI())
     config = bench.SuiteConfig(learning_rates=(0.0625,), seeds=(0, 1))
     assert bench.run_suite(config, Path("sick.tsv"), tmp_path, jobs=1, env={})
     text = bench.write_report(tmp_path, config).read_text()

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmark_modules import load_benchmark
+from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
-load_benchmark("bench_rl")  # bench_parsing imports its helpers
-bench = load_benchmark("bench_parsing")
+bench = load_runner("bench_parsing")
 
 COLUMNS = (
     "epoch,loss,dev_uas,dev_uas_no_punct,sentences_per_s,trees_per_sentence,one_tree_fraction,epoch_seconds"
@@ -117,7 +116,8 @@ def test_choose_learning_rate_best_mean_dev_ties_nan_and_missing():
     choice = bench.choose_learning_rate("crf", ("en", "vi"), [0.001, 0.002, 0.004], 0, statuses)
     assert choice.learning_rate == 0.002 and choice.missing == ()
     assert choice.scores[0.001] == 70.0 and math.isnan(choice.scores[0.004])
-    assert not choice.at_edge([0.001, 0.002, 0.004]) and choice.at_edge([0.002, 0.004])
+    assert not choice.at_edge()  # inside the grid
+    assert bench.choose_learning_rate("crf", ("en", "vi"), [0.002, 0.004], 0, statuses).at_edge()
 
     statuses[bench.RunSpec("vi", "crf", 0.001, 0)] = done(63.0)  # mean 71.5: tie, the smaller rate wins
     assert bench.choose_learning_rate("crf", ("en", "vi"), [0.002, 0.001], 0, statuses).learning_rate == 0.001
@@ -502,42 +502,29 @@ def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
 # --------------------------------------------------------------------------------------------- execute
 
 
-class FakeParser:
+class FakeParser(FakeCLI):
     """Stands in for ``subprocess.run`` of the parsing CLI: writes what ``train`` / ``evaluate`` would."""
-
-    def __init__(self, train_exit: int = 0, write_eval: bool = True, processes_to_finish: int = 1):
-        self.calls: list[list[str]] = []
-        self.train_exit = train_exit
-        self.write_eval = write_eval
-        self.processes_to_finish = processes_to_finish  # > 1: stopped by --time-limit before
 
     def __call__(self, argv, **kwargs):
         self.calls.append(argv)
-        logdir = Path(argv[argv.index("--logdir") + 1])
+        logdir = Path(arg_value(argv, "--logdir"))
         if argv[3] == "train":
-            fresh = "--resume" not in argv
-            holds_run = (logdir / "checkpoint").exists() or (logdir / "final.json").exists()
-            if (fresh and holds_run) or not (fresh or (logdir / "checkpoint" / "state.json").is_file()):
-                return subprocess.CompletedProcess(argv, 2)  # the CLI's refusals
+            if self.refuses(argv, logdir):
+                return subprocess.CompletedProcess(argv, 2)
             assert "--time-limit" in argv
             (logdir / "checkpoint").mkdir(parents=True, exist_ok=True)
             (logdir / "checkpoint" / "state.json").write_text("{}")
-            trains = sum(
-                call[3] == "train" and call[argv.index("--logdir") + 1] == str(logdir) for call in self.calls
-            )
-            if self.train_exit == 0 and trains >= self.processes_to_finish:
-                lr = float(argv[argv.index("--learning-rate") + 1])
+            if self.train_exit == 0 and self.trains(logdir) >= self.processes_to_finish:
+                lr = float(arg_value(argv, "--learning-rate"))
                 final = {"best_epoch": 1, "dev_uas": 70.0 + 1000 * lr, "train_seconds": 1.0, "epochs_run": 1}
                 (logdir / "final.json").write_text(
                     json.dumps({**final, "dev_uas_no_punct": 0, "stopped_early": False})
                 )
             return subprocess.CompletedProcess(argv, self.train_exit)
-        split = argv[argv.index("--split") + 1]
+        split = arg_value(argv, "--split")
         result = {"split": split, "uas": 75.0, "uas_no_punct": 76.0, "tokens": 9, "sentences": 2}
         result.update(trees_per_sentence=[1, 2], long_sentences=0)
-        if self.write_eval:
-            (logdir / f"eval_{split}.json").write_text(json.dumps(result))
-        return subprocess.CompletedProcess(argv, 0, stdout="loading\n" + json.dumps(result) + "\n", stderr="")
+        return self.evaluation(argv, logdir / f"eval_{split}.json", result)
 
 
 def test_execute_resumes_accumulates_wall_time_and_reads_eval_output(tmp_path, monkeypatch):
@@ -546,19 +533,19 @@ def test_execute_resumes_accumulates_wall_time_and_reads_eval_output(tmp_path, m
     logdir = spec.logdir(tmp_path)
 
     failing = FakeParser(train_exit=1)
-    monkeypatch.setattr(bench.subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "run", failing)
     assert not bench.execute(spec, config, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
     assert len(failing.calls) == 1 and "--resume" not in failing.calls[0]
     status = bench.read_status(logdir)
     assert status.resumable and not status.finished and not (logdir / "eval_dev.json").exists()
 
     fake = FakeParser(write_eval=False)  # evaluate prints its JSON line only: the runner writes the file
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.execute(spec, config, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
     assert "--resume" in fake.calls[0] and [c[3] for c in fake.calls] == ["train", "evaluate", "evaluate"]
     assert json.loads((logdir / "eval_test.json").read_text())["uas"] == 75.0
     assert (logdir / "bench_train.log").is_file()
-    state = json.loads((logdir / bench.STATE_FILE).read_text())
+    state = json.loads((logdir / resumable_runs.STATE_FILE).read_text())
     assert state["sessions"] == 2 and state["threads"] == 2 and set(state["eval_wall_s"]) == {"dev", "test"}
 
     assert (
@@ -574,7 +561,7 @@ def test_execute_resumes_accumulates_wall_time_and_reads_eval_output(tmp_path, m
 
 def test_run_suite_tunes_then_runs_the_chosen_rate(tmp_path, monkeypatch):
     fake = FakeParser()
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(
         languages=("ro",), losses=("crf",), learning_rates=(0.001, 0.004), seeds=(0, 1)
     )
@@ -610,11 +597,11 @@ def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
     config = bench.SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(0.002,), seeds=(0,))
     spec = bench.RunSpec("vi", "crf", 0.002, 0)
     fake = FakeParser(processes_to_finish=3)
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.execute(spec, config, Path("/ud"), tmp_path, {})
     trains = [call for call in fake.calls if call[3] == "train"]
     assert len(trains) == 3 and "--resume" not in trains[0] and all("--resume" in c for c in trains[1:])
-    assert json.loads((spec.logdir(tmp_path) / bench.STATE_FILE).read_text())["sessions"] == 3
+    assert json.loads((spec.logdir(tmp_path) / resumable_runs.STATE_FILE).read_text())["sessions"] == 3
 
 
 def test_a_best_rate_at_the_end_of_the_grid_widens_it():

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.bench_fixtures import load_runner
 from tests.benchmark_modules import load_benchmark
 
-bench = load_benchmark("bench_rl")
+bench = load_runner("bench_rl")
 
 COLUMNS = [
     "global_step",
@@ -251,13 +252,13 @@ def test_execute_skips_resumes_and_restarts(tmp_path, monkeypatch):
     logdir = spec.logdir(tmp_path)
 
     failing = FakeRl(train_exit=1)
-    monkeypatch.setattr(bench.subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "run", failing)
     assert not bench.execute(spec, tmp_path, {})
     assert "--resume" not in failing.calls[0] and len(failing.calls) == 1
     assert bench.read_status(logdir) == bench.RunStatus(done=False, trained=False, resumable=True)
 
     fake = FakeRl()
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.execute(spec, tmp_path, {})
     assert fake.calls[0][-1] == "--resume" and fake.calls[1][3] == "evaluate"
     assert json.loads((logdir / "eval.json").read_text())["deterministic_mean"] == 9.5

@@ -18,23 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.benchmark_modules import load_benchmark
+from keras_structured.parsing.tracenorm import PROGRESS_COLUMNS
+from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
-load_benchmark("bench_rl")  # bench_tracenorm imports its helpers
-bench = load_benchmark("bench_tracenorm")
+bench = load_runner("bench_tracenorm")
 R = bench.RunSpec
-COLUMNS = (
-    "step",
-    "objective",
-    "gap",
-    "rank",
-    "step_size",
-    "atom",
-    "dual_norm",
-    "norm_bound",
-    "time",
-    "dev_uas",
-)
 SMALL = bench.Protocol(
     Cs=(10.0, 20.0, 40.0),
     dim=64,
@@ -57,7 +45,7 @@ def write_progress(logdir: Path, steps: int, C: float, seconds: float = 0.5, eva
     """A ``progress.csv`` of ``steps`` Frank-Wolfe steps: gap ``C / k``, rank ``k``, feasible."""
     with open(logdir / "progress.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
+        writer.writerow(PROGRESS_COLUMNS)
         for k in range(1, steps + 1):
             dev = 50.0 + k if eval_every and k % eval_every == 0 else ""
             writer.writerow([k, 5.0 + 1.0 / k, C / k, k, 2 / (k + 1), "A", 1.0, C, seconds * k, dev])
@@ -95,7 +83,9 @@ def fake_run(
         (logdir / "checkpoint.npz").write_bytes(b"")
         write_progress(logdir, steps, C)
     (logdir / "config.json").write_text(json.dumps(config))
-    (logdir / bench.STATE_FILE).write_text(json.dumps({"train_wall_s": wall, "sessions": 1, "threads": 2}))
+    (logdir / resumable_runs.STATE_FILE).write_text(
+        json.dumps({"train_wall_s": wall, "sessions": 1, "threads": 2})
+    )
     if not finished:
         return logdir
     dense = kind == "frobenius"
@@ -288,14 +278,10 @@ def test_commands_of_each_kind(tmp_path):
 # --------------------------------------------------------------------------------------------- execute
 
 
-class FakeCLI:
+class FakeTracenorm(FakeCLI):
     """Stands in for ``subprocess.run`` of ``examples/tracenorm_parser.py``: writes what it would."""
 
-    def __init__(self, train_exit: int = 0, write_eval: bool = True, processes_to_finish: int = 1):
-        self.calls: list[list[str]] = []
-        self.train_exit = train_exit
-        self.write_eval = write_eval
-        self.processes_to_finish = processes_to_finish  # > 1: stopped by --time-limit before
+    COMMAND = 2
 
     @staticmethod
     def dev_uas(C: float) -> float:
@@ -303,14 +289,11 @@ class FakeCLI:
 
     def __call__(self, argv, **kwargs):
         self.calls.append(argv)
-        command, logdir = argv[2], Path(argv[argv.index("--logdir") + 1])
+        command, logdir = argv[2], Path(arg_value(argv, "--logdir"))
         if command == "evaluate":
-            split = argv[argv.index("--split") + 1]
-            result = {"split": split, "uas": 65.0, "tokens": 9}
-            if self.write_eval:
-                (logdir / f"eval_{split}.json").write_text(json.dumps(result))
-            return subprocess.CompletedProcess(
-                argv, 0, stdout="loading\n" + json.dumps(result) + "\n", stderr=""
+            split = arg_value(argv, "--split")
+            return self.evaluation(
+                argv, logdir / f"eval_{split}.json", {"split": split, "uas": 65.0, "tokens": 9}
             )
         assert logdir.is_dir()
         steps = int(argv[argv.index("--steps") + 1])
@@ -322,7 +305,7 @@ class FakeCLI:
             (logdir / "final.json").write_text(json.dumps(final))
             return subprocess.CompletedProcess(argv, 0)
         assert "--time-limit" in argv and not (logdir / "final.json").exists()
-        processes = sum(c[2] == "train" and c[c.index("--logdir") + 1] == str(logdir) for c in self.calls)
+        processes = self.trains(logdir)
         C = float(argv[argv.index("--C") + 1])
         (logdir / "checkpoint.npz").write_bytes(b"")
         (logdir / "config.json").write_text(json.dumps({"hazan": {"C": C}}))
@@ -336,15 +319,16 @@ class FakeCLI:
 def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, monkeypatch):
     spec = R("sparsemap", "vi", 20.0)
     logdir = spec.logdir(tmp_path)
-    failing = FakeCLI(train_exit=1)
-    monkeypatch.setattr(bench.subprocess, "run", failing)
+    failing = FakeTracenorm(train_exit=1)
+    monkeypatch.setattr(subprocess, "run", failing)
     assert not bench.execute(spec, SMALL, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
     assert len(failing.calls) == 1
     status = bench.read_status(logdir)
     assert status.resumable and not status.finished and not (logdir / "eval_test.json").exists()
 
-    fake = FakeCLI(write_eval=False, processes_to_finish=2)  # evaluate prints its JSON: the runner writes it
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    # evaluate prints its JSON (the runner writes it); the first process stops at its time limit
+    fake = FakeTracenorm(write_eval=False, processes_to_finish=2)
+    monkeypatch.setattr(subprocess, "run", fake)
     (logdir / "keep.txt").write_text("")
     assert bench.execute(spec, SMALL, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
     assert [c[2] for c in fake.calls] == [
@@ -354,9 +338,9 @@ def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, m
     ]  # stopped by its time limit, then resumed
     assert (logdir / "keep.txt").exists()  # a resumed run keeps its folder
     assert json.loads((logdir / "eval_test.json").read_text())["uas"] == 65.0
-    state = json.loads((logdir / bench.STATE_FILE).read_text())
+    state = json.loads((logdir / resumable_runs.STATE_FILE).read_text())
     assert state["sessions"] == 3 and state["threads"] == 2 and set(state["eval_wall_s"]) == {"test"}
-    assert (logdir / bench.TRAIN_LOG).is_file()
+    assert (logdir / resumable_runs.TRAIN_LOG).is_file()
 
     assert bench.execute(spec, SMALL, Path("/ud"), tmp_path, {}) and len(fake.calls) == 3  # finished: skipped
 
@@ -369,8 +353,8 @@ def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, m
 
 
 def test_run_suite_sweeps_then_runs_the_chosen_C(tmp_path, monkeypatch):
-    fake = FakeCLI()
-    monkeypatch.setattr(bench.subprocess, "run", fake)
+    fake = FakeTracenorm()
+    monkeypatch.setattr(subprocess, "run", fake)
     assert bench.run_suite(SMALL, Path("/ud"), tmp_path, jobs=2, env={})
     trained = [
         (c[2], c[c.index("--logdir") + 1].removeprefix(str(tmp_path) + "/"))

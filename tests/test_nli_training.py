@@ -3,8 +3,7 @@ runs never mixed, evaluation, alignment read-out, step timing, figures and a lig
 
 from __future__ import annotations
 
-import csv
-import dataclasses
+import functools
 import json
 import pathlib
 import subprocess
@@ -15,7 +14,8 @@ import pytest
 
 from keras_structured.nli.__main__ import main
 from keras_structured.nli.figures import plot_alignments
-from keras_structured.nli.training import NLIConfig, _check_logdir, _finished
+from keras_structured.nli.training import NLIConfig
+from tests.cli_runs import read_progress, train_in_parts
 
 SIZES = ["--embedding-dim", "8", "--units", "6"]
 pytestmark = pytest.mark.filterwarnings("ignore::keras_structured.engine.SparseMAPConvergenceWarning")
@@ -43,40 +43,15 @@ def write_pairs(path: pathlib.Path, counts=(("train", 24), ("trial", 10), ("test
 
 
 def _train_args(data, logdir, *extra):
-    return [
-        "train",
-        "--data",
-        str(data),
-        "--logdir",
-        str(logdir),
-        "--attention",
-        "sequence",
-        "--epochs",
-        "2",
-        "--batch-size",
-        "8",
-        "--learning-rate",
-        "0.5",
-        "--quiet",
-        *SIZES,
-        *extra,
-    ]
-
-
-def _progress(logdir) -> list[dict]:
-    with open(logdir / "progress.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
+    options = "--attention sequence --epochs 2 --batch-size 8 --learning-rate 0.5 --quiet".split()
+    return ["train", "--data", str(data), "--logdir", str(logdir), *options, *SIZES, *extra]
 
 
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     data = write_pairs(tmp_path / "pairs.tsv")
     main(_train_args(data, tmp_path / "whole"))
-    for _ in range(2):  # one epoch per invocation, as a session's time limit would stop it
-        resume = ["--resume"] if (tmp_path / "parts" / "checkpoint").exists() else []
-        main(_train_args(data, tmp_path / "parts", "--time-limit", "0", *resume))
-        if (tmp_path / "parts" / "final.json").exists():
-            break
-    whole, parts = _progress(tmp_path / "whole"), _progress(tmp_path / "parts")
+    train_in_parts(main, functools.partial(_train_args, data), tmp_path / "parts", epochs=2)
+    whole, parts = read_progress(tmp_path / "whole"), read_progress(tmp_path / "parts")
     assert [row["epoch"] for row in parts] == ["1", "2"]
     for a, b in zip(whole, parts, strict=True):
         for column in ("loss", "trial_accuracy", "learning_rate", "alignment_nonzero_percent"):
@@ -92,7 +67,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     final = json.loads((tmp_path / "parts" / "final.json").read_text())
     assert final["epochs_run"] == 2 and final["finished"]
 
-    # Runs are never mixed (a larger budget extending a finished run: see the next test).
+    # Runs are never mixed (a larger budget extending a finished run: tests/test_training_runs.py).
     with pytest.raises(FileExistsError, match="already holds a run"):
         main(_train_args(data, tmp_path / "parts"))
     with pytest.raises(ValueError, match=r"attention.*Received: logdir="):
@@ -124,29 +99,6 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     main(["time", "--logdir", str(tmp_path / "whole"), "--steps", "1", "--output", str(timing_file)])
     timing = json.loads(timing_file.read_text())[str(tmp_path / "whole")]
     assert timing["attention"] == "sequence" and timing["steps"] == 1 and timing["median_step_s"] > 0
-
-
-def test_a_larger_budget_extends_a_finished_run(tmp_path):
-    config = NLIConfig(data="unused.tsv", epochs=2)
-    (tmp_path / "checkpoint").mkdir()
-    (tmp_path / "checkpoint" / "state.json").write_text(json.dumps({"epoch": 2, "bad_epochs": 0}))
-    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
-    (tmp_path / "final.json").write_text("{}")
-    longer = dataclasses.replace(config, epochs=4, patience=6)
-    assert _check_logdir(tmp_path, longer, resume=True)["epoch"] == 2
-    assert json.loads((tmp_path / "config.json").read_text())["epochs"] == 4
-    assert not (tmp_path / "final.json").exists() and not _finished(longer, {"epoch": 2, "bad_epochs": 0})
-    with pytest.raises(ValueError, match=r"'patience': \(6, 5\)"):
-        _check_logdir(tmp_path, dataclasses.replace(longer, patience=5), resume=True)
-
-
-@pytest.mark.parametrize(
-    "epoch, bad_epochs, finished",
-    [(2, 5, False), (4, 5, True), (4, 4, False), (10, 0, True)],
-)
-def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, finished):
-    config = NLIConfig(epochs=10, patience=5, min_epochs=4)
-    assert _finished(config, {"epoch": epoch, "bad_epochs": bad_epochs}) is finished
 
 
 def test_bad_settings_are_named():

@@ -1,7 +1,7 @@
 """The parser: its arc scorer layer, each of the five losses fitting 20 sentences, and
 training runs that resume exactly, from the command line."""
 
-import csv
+import functools
 import json
 import pathlib
 import shutil
@@ -16,8 +16,9 @@ from keras_structured.parsing.batching import make_dataset
 from keras_structured.parsing.conllu_reader import read_conllu
 from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import ArcScorer, build_parser, make_loss
-from keras_structured.parsing.training import ParserConfig, _finished, decode, predict_scores, sparse_trees
+from keras_structured.parsing.training import decode, predict_scores, sparse_trees
 from keras_structured.parsing.vocabulary import Vocabulary
+from tests.cli_runs import read_progress, train_in_parts
 from tests.layer_checks import check_layer
 
 SAMPLE = pathlib.Path(__file__).parent / "data" / "en_ewt_sample.conllu"
@@ -102,52 +103,16 @@ def _treebank(tmp_path) -> pathlib.Path:
 
 
 def _arguments(treebank, logdir, *extra):
-    sizes = [
-        "--word-dim",
-        "24",
-        "--tag-dim",
-        "8",
-        "--lstm-units",
-        "24",
-        "--lstm-layers",
-        "1",
-        "--mlp-units",
-        "24",
-    ]
-    return [
-        "train",
-        "--treebank",
-        str(treebank),
-        "--logdir",
-        str(logdir),
-        "--loss",
-        "sparsemap",
-        "--epochs",
-        "3",
-        "--batch-size",
-        "8",
-        "--learning-rate",
-        "5e-3",
-        "--quiet",
-        *sizes,
-        *extra,
-    ]
-
-
-def _progress(logdir) -> list[dict]:
-    with open(logdir / "progress.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
+    options = "--loss sparsemap --epochs 3 --batch-size 8 --learning-rate 5e-3 --quiet".split()
+    sizes = "--word-dim 24 --tag-dim 8 --lstm-units 24 --lstm-layers 1 --mlp-units 24".split()
+    return ["train", "--treebank", str(treebank), "--logdir", str(logdir), *options, *sizes, *extra]
 
 
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     treebank = _treebank(tmp_path)
     main(_arguments(treebank, tmp_path / "whole"))
-    for _ in range(3):  # one epoch per invocation, as a session limit would stop it
-        resume = ["--resume"] if (tmp_path / "parts" / "checkpoint").exists() else []
-        main(_arguments(treebank, tmp_path / "parts", "--time-limit", "0", *resume))
-        if (tmp_path / "parts" / "final.json").exists():
-            break
-    whole, parts = _progress(tmp_path / "whole"), _progress(tmp_path / "parts")
+    train_in_parts(main, functools.partial(_arguments, treebank), tmp_path / "parts", epochs=3)
+    whole, parts = read_progress(tmp_path / "whole"), read_progress(tmp_path / "parts")
     assert [row["epoch"] for row in parts] == ["1", "2", "3"]
     for a, b in zip(whole, parts, strict=True):
         np.testing.assert_allclose(float(a["loss"]), float(b["loss"]), rtol=1e-5)
@@ -158,7 +123,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     main(_arguments(treebank, tmp_path / "short", "--epochs", "2"))
     assert json.loads((tmp_path / "short" / "final.json").read_text())["epochs_run"] == 2
     main(_arguments(treebank, tmp_path / "short", "--resume", "--epochs", "3"))
-    extended = _progress(tmp_path / "short")
+    extended = read_progress(tmp_path / "short")
     assert [row["loss"] for row in extended] == [row["loss"] for row in parts]
     assert json.loads((tmp_path / "short" / "config.json").read_text())["epochs"] == 3
     assert json.loads((tmp_path / "short" / "final.json").read_text())["epochs_run"] == 3
@@ -201,12 +166,3 @@ def test_sparse_trees_are_few_and_sum_to_one_on_a_trained_model(tmp_path):
         weights = [weight for _, weight in support]
         assert weights == sorted(weights, reverse=True) and abs(sum(weights) - 1) < 1e-9
         assert all(heads.shape == (sentence.length + 1,) and heads[0] == -1 for heads, _ in support)
-
-
-@pytest.mark.parametrize(
-    "epoch, bad_epochs, finished",
-    [(2, 5, False), (4, 5, True), (4, 4, False), (10, 0, True)],
-)
-def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, finished):
-    config = ParserConfig(treebank="unused", epochs=10, patience=5, min_epochs=4)
-    assert _finished(config, {"epoch": epoch, "bad_epochs": bad_epochs}) is finished

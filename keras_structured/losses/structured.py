@@ -502,19 +502,7 @@ class MarginSparseMAPLoss(_SparseMAPLossBase):
         method, tol, max_iter, options: solver settings, as for :class:`SparseMAPLoss`.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
-    Call arguments:
-        y_true, y_pred: as for :class:`SparseMAPLoss`.
-
-    Returns:
-        The reduced loss (a scalar for the default reduction), float32 for
-        half-precision scores (the solver runs in float32 or float64).
-
-    Raises:
-        ValueError: at construction, for a missing structure or bad settings; at trace
-            time, for labels and scores of shapes that do not fit, or inside an
-            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
-        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
-            structure) or scores (NaN, ``+inf``).
+    Call arguments, returns and errors: as for :class:`SparseMAPLoss`.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -557,19 +545,7 @@ class StructuredPerceptronLoss(_StructuredLoss):
             the name of a structure class whose arguments have defaults.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
-    Call arguments:
-        y_true, y_pred: as for :class:`SparseMAPLoss`.
-
-    Returns:
-        The reduced loss (a scalar for the default reduction), float32 for
-        half-precision scores (the solver runs in float32 or float64).
-
-    Raises:
-        ValueError: at construction, for a missing structure or bad settings; at trace
-            time, for labels and scores of shapes that do not fit, or inside an
-            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
-        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
-            structure) or scores (NaN, ``+inf``).
+    Call arguments, returns and errors: as for :class:`SparseMAPLoss`.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -611,19 +587,7 @@ class StructuredHingeLoss(_StructuredLoss):
         cost_weight: ``w >= 0``, the weight of the Hamming cost.
         reduction, name, dtype: as for ``keras.losses.Loss``.
 
-    Call arguments:
-        y_true, y_pred: as for :class:`SparseMAPLoss`.
-
-    Returns:
-        The reduced loss (a scalar for the default reduction), float32 for
-        half-precision scores (the solver runs in float32 or float64).
-
-    Raises:
-        ValueError: at construction, for a missing structure or bad settings; at trace
-            time, for labels and scores of shapes that do not fit, or inside an
-            XLA-compiled step (``jit_compile=True``: the MAP oracle runs in Python).
-        tf.errors.InvalidArgumentError: at run time, for invalid labels (not a
-            structure) or scores (NaN, ``+inf``).
+    Call arguments, returns and errors: as for :class:`SparseMAPLoss`.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure

@@ -11,7 +11,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import functools
 import json
 import pathlib
 import sys
@@ -25,19 +25,17 @@ _DEFAULT_SICK = (
 
 
 def _parser() -> argparse.ArgumentParser:
+    shows_defaults = argparse.ArgumentDefaultsHelpFormatter  # in every command's --help
     parser = argparse.ArgumentParser(
         prog="python -m keras_structured.nli",
         description="ESIM on SICK with softmax, sequential-SparseMAP or matching-SparseMAP attention "
         "(the SparseMAP paper's section 5.2, Table 2 and Figure 5).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=shows_defaults,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
 
-    train = commands.add_parser(
-        "train",
-        help="train a model into a logdir (resumable)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    train = commands.add_parser("train", help="train a model into a logdir (resumable)")
     train.add_argument("--data", default=str(_DEFAULT_SICK), help="the SICK .tsv file (not distributed here)")
     train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--attention", default="softmax", choices=_ATTENTIONS)
@@ -76,11 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
 
-    evaluate = commands.add_parser(
-        "evaluate",
-        help="accuracy and alignment sparsity of a run's best model",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    evaluate = commands.add_parser("evaluate", help="accuracy and alignment sparsity of a run's best model")
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--split", default="test", choices=_SPLITS)
     evaluate.add_argument(
@@ -88,11 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
-    align = commands.add_parser(
-        "align",
-        help="print (and draw, write) a run's attention on some pairs",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    align = commands.add_parser("align", help="print (and draw, write) a run's attention on some pairs")
     align.add_argument("--logdir", required=True)
     align.add_argument("--split", default="test", choices=_SPLITS)
     align.add_argument(
@@ -108,9 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     align.add_argument("--output", default=None, help="write the matrices as JSON into this file")
 
     time_steps = commands.add_parser(
-        "time",
-        help="seconds per training step of several runs' checkpoints, interleaved on the same batches",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "time", help="seconds per training step of several runs' checkpoints, interleaved on the same batches"
     )
     time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
     time_steps.add_argument("--steps", type=int, default=30, help="timed steps per run")
@@ -119,12 +107,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> None:
+    from keras_structured._training_runs import train_from_arguments
     from keras_structured.nli.training import NLIConfig, train
 
-    names = {field.name for field in dataclasses.fields(NLIConfig)}
-    config = NLIConfig(**{name: value for name, value in vars(args).items() if name in names})
-    summary = train(config, args.logdir, resume=args.resume, quiet=args.quiet, time_limit=args.time_limit)
-    print(json.dumps(summary))
+    train_from_arguments(args, NLIConfig, train)
 
 
 def _evaluate(args) -> None:

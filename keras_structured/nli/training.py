@@ -18,17 +18,16 @@ split (SICK's development set). A run lives in one directory (``logdir``):
 - ``final.json``: the summary, written when training ends.
 
 Every epoch draws its shuffling and its dropout masks from ``(seed, epoch)``, so a resumed
-run sees the same batches and masks as an uninterrupted one.
+run sees the same batches and masks as an uninterrupted one. The rules of the directory (runs
+never mixed, ``--resume``, the time limit, early stopping) are those of
+:mod:`keras_structured._training_runs`.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import math
 import pathlib
-import time
 import warnings
 from collections.abc import Sequence
 
@@ -36,6 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, write_json
 from keras_structured._validation import check_integer
 from keras_structured.engine import SparseMAPConvergenceWarning
 from keras_structured.nli.alignments import ATTENTIONS
@@ -44,10 +44,6 @@ from keras_structured.nli.model import build_esim
 from keras_structured.nli.sick_reader import DEFAULT_SICK, LABELS, Pair, read_sick
 from keras_structured.nli.vocabulary import PAD_ID, Vocabulary
 
-# Files that make a directory hold a run (other files, such as a runner's logs, may sit beside them).
-_RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
-# Settings a resumed run may increase: they extend its training budget.
-_BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
 PROGRESS_COLUMNS = (
     "epoch",
     "learning_rate",
@@ -122,16 +118,6 @@ class NLIConfig:
                 "learning_rate_decay must be in (0, 1]. "
                 f"Received: learning_rate_decay={self.learning_rate_decay}"
             )
-
-
-def _write_json(path: pathlib.Path, value) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value, indent=1) + "\n")
-    temporary.replace(path)
-
-
-def _epoch_seed(seed: int, epoch: int) -> int:
-    return seed * 100_003 + epoch
 
 
 def _reseed_dropout(model: keras.Model, seed: int) -> None:
@@ -244,77 +230,6 @@ def evaluate_pairs(
 # -------------------------------------------------------------------------------------------- training
 
 
-class _ProgressBar(keras.callbacks.Callback):
-    """A tqdm bar over the batches of one epoch, with the running loss."""
-
-    def __init__(self, epoch: int, epochs: int, batches: int):
-        super().__init__()
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.bar.update(1)
-        if logs and "loss" in logs:
-            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")
-
-    def on_train_end(self, logs=None):
-        self.bar.close()
-
-
-def _read_config(logdir: pathlib.Path) -> NLIConfig:
-    return NLIConfig(**json.loads((logdir / "config.json").read_text()))
-
-
-def _finished(config: NLIConfig, state: dict) -> bool:
-    """Whether the loop is over: all epochs run, or early stopping after ``min_epochs``."""
-    if state["epoch"] >= config.epochs:
-        return True
-    return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
-
-
-def _check_logdir(logdir: pathlib.Path, config: NLIConfig, resume: bool) -> dict | None:
-    """The loop state to resume from (None: a fresh start), after refusing to mix runs.
-
-    A resumed run keeps its settings, except that a larger training budget (``epochs``,
-    ``patience``, ``min_epochs``) extends it, finished or not.
-    """
-    state_path = logdir / "checkpoint" / "state.json"
-    if resume:
-        if not state_path.exists():
-            raise FileNotFoundError(
-                f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}"
-            )
-        stored = _read_config(logdir)
-        differences = {
-            field.name: (getattr(stored, field.name), getattr(config, field.name))
-            for field in dataclasses.fields(NLIConfig)
-            if getattr(stored, field.name) != getattr(config, field.name)
-        }
-        refused = {
-            name: values
-            for name, values in differences.items()
-            if name not in _BUDGET_FIELDS or values[1] < values[0]
-        }
-        if refused:
-            raise ValueError(
-                "--resume continues a run with its own settings (only a larger epochs, patience or "
-                f"min_epochs extends it); these differ (stored, given): {refused}. "
-                f"Received: logdir={str(logdir)!r}"
-            )
-        if differences:
-            _write_json(logdir / "config.json", dataclasses.asdict(config))
-            (logdir / "final.json").unlink(missing_ok=True)
-        return json.loads(state_path.read_text())
-    held = [name for name in _RUN_FILES if (logdir / name).exists()]
-    if held:
-        raise FileExistsError(
-            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
-            f"choose another logdir. Received: logdir={str(logdir)!r}"
-        )
-    return None
-
-
 def _compile(model: keras.Model, config: NLIConfig) -> None:
     model.compile(
         keras.optimizers.SGD(config.learning_rate, global_clipnorm=config.clipnorm),
@@ -322,14 +237,6 @@ def _compile(model: keras.Model, config: NLIConfig) -> None:
         metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         jit_compile=False,  # the SparseMAP layers call Python oracles; the softmax runs alike
     )
-
-
-def _truncate_progress(logdir: pathlib.Path, epochs: int) -> None:
-    """Drop log rows of epochs after the checkpoint (written before a crash)."""
-    with open(logdir / "progress.csv", newline="") as handle:
-        rows = list(csv.reader(handle))
-    with open(logdir / "progress.csv", "w", newline="") as handle:
-        csv.writer(handle).writerows([rows[0]] + [row for row in rows[1:] if int(row[0]) <= epochs])
 
 
 def train(
@@ -349,18 +256,15 @@ def train(
         The summary written to ``final.json`` when training ended, with ``finished`` False
         (and no file) when the time limit stopped it first.
     """
-    invocation_start = time.perf_counter()
-    logdir = pathlib.Path(logdir)
-    state = _check_logdir(logdir, config, resume)
+    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit)
     data = read_sick(config.data, ("train", "trial"))
     train_pairs, trial = data["train"][: config.max_train_pairs], data["trial"][: config.max_trial_pairs]
-    logdir.mkdir(parents=True, exist_ok=True)
-    checkpoint = logdir / "checkpoint"
-    if state is None:
+    if run.resumed:
+        model, vocabulary = run.restore(Vocabulary)
+    else:
         keras.utils.set_random_seed(config.seed)
         vocabulary = Vocabulary.from_pairs(train_pairs, config.min_count)
-        _write_json(logdir / "config.json", dataclasses.asdict(config))
-        _write_json(logdir / "vocabulary.json", vocabulary.get_config())
+        run.write_settings(vocabulary)
         model = build_esim(
             vocabulary.num_words,
             config.attention,
@@ -371,49 +275,30 @@ def train(
             max_iter=config.max_iter,
         )
         _compile(model, config)
-        state = {
-            "epoch": 0,
-            "best_accuracy": -1.0,
-            "best_epoch": -1,
-            "bad_epochs": 0,
-            "train_seconds": 0.0,
-            "learning_rate": config.learning_rate,
-        }
-        with open(logdir / "progress.csv", "w", newline="") as handle:
-            csv.writer(handle).writerow(PROGRESS_COLUMNS)
-    else:
-        vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-        model = keras.models.load_model(checkpoint / "model.keras")
-        _truncate_progress(logdir, state["epoch"])
+        run.start(learning_rate=config.learning_rate)
     if not quiet:
         print(
             f"{len(train_pairs)} training pairs, {len(trial)} trial pairs, {vocabulary.num_words} word ids; "
-            f"attention {config.attention}; from epoch {state['epoch'] + 1}",
+            f"attention {config.attention}; from epoch {run.state['epoch'] + 1}",
             flush=True,
         )
     batches = -(-len(train_pairs) // config.batch_size)
-    while not _finished(config, state):
-        epoch = state["epoch"]
-        seed = _epoch_seed(config.seed, epoch)
+    for epoch in run.epochs():
+        seed = epoch_seed(config.seed, epoch)
         dataset = make_dataset(train_pairs, vocabulary, config.batch_size, shuffle=True, seed=seed)
         # Not keras.utils.set_random_seed: a new global TensorFlow seed retraces the training function.
         _reseed_dropout(model, seed)
-        model.optimizer.learning_rate.assign(state["learning_rate"])
-        callbacks = [] if quiet else [_ProgressBar(epoch, config.epochs, batches)]
-        start = time.perf_counter()
+        model.optimizer.learning_rate.assign(run.state["learning_rate"])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SparseMAPConvergenceWarning)
-            history = model.fit(
-                dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks, shuffle=False
-            )
-        seconds = time.perf_counter() - start
+            history, seconds = run.fit(model, dataset, batches, shuffle=False)
         unfinished = sum(issubclass(w.category, SparseMAPConvergenceWarning) for w in caught)
         for other in (w for w in caught if not issubclass(w.category, SparseMAPConvergenceWarning)):
             warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
         scores = evaluate_pairs(model, vocabulary, trial, 2 * config.batch_size)
         row = {
             "epoch": epoch + 1,
-            "learning_rate": state["learning_rate"],
+            "learning_rate": run.state["learning_rate"],
             "loss": float(history.history["loss"][-1]),
             "train_accuracy": 100 * float(history.history["accuracy"][-1]),
             "trial_accuracy": scores["accuracy"],
@@ -423,19 +308,9 @@ def train(
             "epoch_seconds": seconds,
             "train_steps_per_s": batches / seconds,
         }
-        with open(logdir / "progress.csv", "a", newline="") as handle:
-            csv.writer(handle).writerow([row[column] for column in PROGRESS_COLUMNS])
-        if scores["accuracy"] > state["best_accuracy"]:
-            state.update(best_accuracy=scores["accuracy"], best_epoch=epoch + 1, bad_epochs=0)
-            model.save(logdir / "best.keras")
-        else:
-            state["bad_epochs"] += 1
-            state["learning_rate"] *= config.learning_rate_decay
-        state["epoch"] = epoch + 1
-        state["train_seconds"] += seconds
-        checkpoint.mkdir(exist_ok=True)
-        model.save(checkpoint / "model.keras")
-        _write_json(checkpoint / "state.json", state)
+        if not run.end_epoch(model, row, scores["accuracy"]):
+            run.state["learning_rate"] *= config.learning_rate_decay
+        run.save_checkpoint(model, seconds)
         if not quiet:
             print(
                 f"epoch {epoch + 1}: loss {row['loss']:.4f}, trial accuracy {row['trial_accuracy']:.2f}, "
@@ -444,22 +319,10 @@ def train(
                 f"{row['train_steps_per_s']:.2f} steps/s",
                 flush=True,
             )
-        if time_limit is not None and time.perf_counter() - invocation_start >= 60 * time_limit:
-            break
-    finished = _finished(config, state)
-    summary = {
-        "finished": finished,
-        "best_epoch": state["best_epoch"],
-        "trial_accuracy": state["best_accuracy"],
-        "train_seconds": state["train_seconds"],
-        "epochs_run": state["epoch"],
-        "stopped_early": state["epoch"] < config.epochs,
-        "train_pairs": len(train_pairs),
-        "final_learning_rate": state["learning_rate"],
-    }
-    if finished:
-        _write_json(logdir / "final.json", summary)
-    return summary
+    return run.finish(
+        {"trial_accuracy": run.state["best_accuracy"]},
+        {"train_pairs": len(train_pairs), "final_learning_rate": run.state["learning_rate"]},
+    )
 
 
 # ------------------------------------------------------------------------------------ after training
@@ -467,13 +330,7 @@ def train(
 
 def load_run(logdir) -> tuple[keras.Model, Vocabulary, NLIConfig]:
     """The best model of a run, its vocabulary and its configuration."""
-    logdir = pathlib.Path(logdir)
-    if not (logdir / "best.keras").exists():
-        raise FileNotFoundError(
-            f"No trained model (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
-        )
-    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-    return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir)
+    return load_best(logdir, NLIConfig, Vocabulary, "model")
 
 
 def evaluate(logdir, split: str = "test", max_pairs: int | None = None) -> dict:
@@ -485,7 +342,7 @@ def evaluate(logdir, split: str = "test", max_pairs: int | None = None) -> dict:
     pairs = read_sick(config.data, (split,))[split][:max_pairs]
     result = evaluate_pairs(model, vocabulary, pairs, 2 * config.batch_size)
     result.update(split=split, attention=config.attention)
-    _write_json(logdir / f"eval_{split}.json", result)
+    write_json(logdir / f"eval_{split}.json", result)
     return result
 
 

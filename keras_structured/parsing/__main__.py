@@ -11,7 +11,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import functools
 import json
 import sys
 
@@ -20,19 +20,17 @@ _LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
 
 
 def _parser() -> argparse.ArgumentParser:
+    shows_defaults = argparse.ArgumentDefaultsHelpFormatter  # in every command's --help
     parser = argparse.ArgumentParser(
         prog="python -m keras_structured.parsing",
         description="Kiperwasser & Goldberg's BiLSTM dependency parser trained with the SparseMAP, "
         "margin SparseMAP, tree CRF, structured hinge or perceptron loss (the SparseMAP paper's Table 1).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=shows_defaults,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
 
-    train = commands.add_parser(
-        "train",
-        help="train a parser into a logdir (resumable)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    train = commands.add_parser("train", help="train a parser into a logdir (resumable)")
     train.add_argument("--treebank", required=True, help="folder with *-ud-{train,dev,test}.conllu files")
     train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--loss", default="sparsemap", choices=_LOSSES)
@@ -76,19 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
 
-    evaluate = commands.add_parser(
-        "evaluate",
-        help="UAS and SparseMAP sparsity of a run's best model",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    evaluate = commands.add_parser("evaluate", help="UAS and SparseMAP sparsity of a run's best model")
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--split", default="test", choices=("train", "dev", "test"))
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
     parse = commands.add_parser(
-        "parse",
-        help="print (and draw) the trees SparseMAP puts weight on for one sentence",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "parse", help="print (and draw) the trees SparseMAP puts weight on for one sentence"
     )
     parse.add_argument("--logdir", required=True)
     parse.add_argument("--split", default="dev", choices=("train", "dev", "test"))
@@ -99,12 +91,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> None:
+    from keras_structured._training_runs import train_from_arguments
     from keras_structured.parsing.training import ParserConfig, train
 
-    names = {field.name for field in dataclasses.fields(ParserConfig)}
-    config = ParserConfig(**{name: value for name, value in vars(args).items() if name in names})
-    summary = train(config, args.logdir, resume=args.resume, quiet=args.quiet, time_limit=args.time_limit)
-    print(json.dumps(summary))
+    train_from_arguments(args, ParserConfig, train)
 
 
 def _evaluate(args) -> None:

@@ -13,22 +13,22 @@ A run lives in one directory (``logdir``):
 - ``final.json``: the summary, written when training ends.
 
 Every epoch draws its shuffling and word dropout from ``(seed, epoch)``, so a resumed run
-sees the same batches as an uninterrupted one.
+sees the same batches as an uninterrupted one. The rules of the directory (runs never mixed,
+``--resume``, the time limit, early stopping) are those of :mod:`keras_structured._training_runs`.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import pathlib
-import time
 import warnings
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
+from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, write_json
 from keras_structured.engine import DependencyTreeStructure, SparseMAPConvergenceWarning, solve
 from keras_structured.engine.dependency_tree import best_trees
 from keras_structured.parsing.batching import make_dataset
@@ -37,15 +37,11 @@ from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import LOSSES, build_parser, make_loss
 from keras_structured.parsing.vocabulary import Vocabulary
 
-# Files that make a directory hold a run (other files, such as a runner's logs, may sit beside them).
-_RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
 #: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
 #: paper's parser decodes with 100). Trained models need a few; near-uniform scores (an untrained
 #: model, or one collapsed onto the hinge loss's plateau) would need thousands, at a cost that
 #: grows with the square of the support: such sentences are counted as unfinished instead.
 SPARSITY_MAX_ITER = 100
-# Settings a resumed run may increase: they extend its training budget.
-_BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
 PROGRESS_COLUMNS = (
     "epoch",
     "loss",
@@ -113,16 +109,6 @@ class ParserConfig:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}")
-
-
-def _write_json(path: pathlib.Path, value) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value, indent=1) + "\n")
-    temporary.replace(path)
-
-
-def _epoch_seed(seed: int, epoch: int) -> int:
-    return seed * 100_003 + epoch
 
 
 def predict_scores(
@@ -207,78 +193,6 @@ def evaluate_scores(
     return result
 
 
-class _ProgressBar(keras.callbacks.Callback):
-    """A tqdm bar over the batches of one epoch, with the running loss."""
-
-    def __init__(self, epoch: int, epochs: int, batches: int | None):
-        super().__init__()
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.bar.update(1)
-        if logs and "loss" in logs:
-            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")
-
-    def on_train_end(self, logs=None):
-        self.bar.close()
-
-
-def _read_config(logdir: pathlib.Path) -> ParserConfig:
-    return ParserConfig(**json.loads((logdir / "config.json").read_text()))
-
-
-def _finished(config: ParserConfig, state: dict) -> bool:
-    """Whether the loop is over: all epochs run, or early stopping after ``min_epochs``."""
-    if state["epoch"] >= config.epochs:
-        return True
-    return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
-
-
-def _check_logdir(logdir: pathlib.Path, config: ParserConfig, resume: bool) -> dict | None:
-    """The loop state to resume from (None: a fresh start), after refusing to mix runs.
-
-    A resumed run keeps its settings, except that a larger training budget (``epochs``,
-    ``patience``, ``min_epochs``) extends it, finished or not: ``config.json`` is updated
-    and ``final.json`` removed until the extended run ends.
-    """
-    state_path = logdir / "checkpoint" / "state.json"
-    if resume:
-        if not state_path.exists():
-            raise FileNotFoundError(
-                f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}"
-            )
-        stored = _read_config(logdir)
-        differences = {
-            field.name: (getattr(stored, field.name), getattr(config, field.name))
-            for field in dataclasses.fields(ParserConfig)
-            if getattr(stored, field.name) != getattr(config, field.name)
-        }
-        refused = {
-            name: values
-            for name, values in differences.items()
-            if name not in _BUDGET_FIELDS or values[1] < values[0]
-        }
-        if refused:
-            raise ValueError(
-                "--resume continues a run with its own settings (only a larger epochs, patience or "
-                f"min_epochs extends it); these differ (stored, given): {refused}. "
-                f"Received: logdir={str(logdir)!r}"
-            )
-        if differences:
-            _write_json(logdir / "config.json", dataclasses.asdict(config))
-            (logdir / "final.json").unlink(missing_ok=True)
-        return json.loads(state_path.read_text())
-    held = [name for name in _RUN_FILES if (logdir / name).exists()]
-    if held:
-        raise FileExistsError(
-            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
-            f"choose another logdir. Received: logdir={str(logdir)!r}"
-        )
-    return None
-
-
 def _load_split(config: ParserConfig, split: str) -> list[Sentence]:
     return read_conllu(treebank_paths(config.treebank, (split,))[split])
 
@@ -304,21 +218,20 @@ def train(
         The summary written to ``final.json`` when training ended, with ``finished``
         False (and no file) when the time limit stopped it first.
     """
-    invocation_start = time.perf_counter()
-    logdir = pathlib.Path(logdir)
-    state = _check_logdir(logdir, config, resume)
+    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "uas", resume, quiet, time_limit)
     train_all = _load_split(config, "train")
     dev = _load_split(config, "dev")
     train_sentences = train_all[: config.max_train_sentences]
     too_long = sum(s.length > config.max_length for s in train_sentences)
     train_sentences = [s for s in train_sentences if 0 < s.length <= config.max_length]
-    logdir.mkdir(parents=True, exist_ok=True)
-    checkpoint = logdir / "checkpoint"
-    if state is None:
+    sparsity_log = run.logdir / "sparsity_dev.jsonl"
+    if run.resumed:
+        model, vocabulary = run.restore(Vocabulary)
+        _truncate_sparsity_log(sparsity_log, run.state["epoch"])
+    else:
         keras.utils.set_random_seed(config.seed)
         vocabulary = Vocabulary.from_sentences(train_sentences)
-        _write_json(logdir / "config.json", dataclasses.asdict(config))
-        _write_json(logdir / "vocabulary.json", vocabulary.get_config())
+        run.write_settings(vocabulary)
         model = build_parser(
             vocabulary.num_words,
             vocabulary.num_tags,
@@ -333,39 +246,25 @@ def train(
             make_loss(config.loss, config.single_root),
             jit_compile=False,
         )
-        state = {"epoch": 0, "best_uas": -1.0, "best_epoch": -1, "bad_epochs": 0, "train_seconds": 0.0}
-        with open(logdir / "progress.csv", "w", newline="") as handle:
-            csv.writer(handle).writerow(PROGRESS_COLUMNS)
-        (logdir / "sparsity_dev.jsonl").write_text("")
-    else:
-        vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-        model = keras.models.load_model(checkpoint / "model.keras")
-        _truncate_logs(logdir, state["epoch"])
+        run.start()
+        sparsity_log.write_text("")
     if not quiet:
         print(
             f"{len(train_sentences)} training sentences ({too_long} longer than {config.max_length} words "
-            f"left out), {len(dev)} dev sentences; loss {config.loss}; from epoch {state['epoch'] + 1}",
+            f"left out), {len(dev)} dev sentences; loss {config.loss}; from epoch {run.state['epoch'] + 1}",
             flush=True,
         )
-    while not _finished(config, state):
-        epoch = state["epoch"]
+    for epoch in run.epochs():
         dataset = make_dataset(
             train_sentences,
             vocabulary,
             config.batch_size,
             shuffle=True,
-            seed=_epoch_seed(config.seed, epoch),
+            seed=epoch_seed(config.seed, epoch),
             word_dropout_alpha=config.word_dropout,
         )
-        keras.utils.set_random_seed(_epoch_seed(config.seed, epoch))
-        callbacks = (
-            []
-            if quiet
-            else [_ProgressBar(epoch, config.epochs, -(-len(train_sentences) // config.batch_size))]
-        )
-        start = time.perf_counter()
-        history = model.fit(dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks)
-        seconds = time.perf_counter() - start
+        keras.utils.set_random_seed(epoch_seed(config.seed, epoch))
+        history, seconds = run.fit(model, dataset, -(-len(train_sentences) // config.batch_size))
         scores = evaluate_scores(
             predict_scores(model, vocabulary, dev, config.batch_size),
             dev,
@@ -382,25 +281,12 @@ def train(
             "one_tree_fraction": scores["one_tree_fraction"],
             "epoch_seconds": seconds,
         }
-        with open(logdir / "progress.csv", "a", newline="") as handle:
-            csv.writer(handle).writerow([row[column] for column in PROGRESS_COLUMNS])
-        with open(logdir / "sparsity_dev.jsonl", "a") as handle:
+        with open(sparsity_log, "a") as handle:
             handle.write(
                 json.dumps({"epoch": epoch + 1, "trees_per_sentence": scores["trees_per_sentence"]}) + "\n"
             )
-        if scores["uas"] > state["best_uas"]:
-            state.update(
-                best_uas=scores["uas"], best_uas_no_punct=scores["uas_no_punct"], best_epoch=epoch + 1
-            )
-            state["bad_epochs"] = 0
-            model.save(logdir / "best.keras")
-        else:
-            state["bad_epochs"] += 1
-        state["epoch"] = epoch + 1
-        state["train_seconds"] += seconds
-        checkpoint.mkdir(exist_ok=True)
-        model.save(checkpoint / "model.keras")
-        _write_json(checkpoint / "state.json", state)
+        run.end_epoch(model, row, scores["uas"], best_uas_no_punct=scores["uas_no_punct"])
+        run.save_checkpoint(model, seconds)
         if not quiet:
             print(
                 f"epoch {epoch + 1}: loss {row['loss']:.4f}, dev UAS {row['dev_uas']:.2f} "
@@ -409,45 +295,23 @@ def train(
                 f"{row['trees_per_sentence']:.2f} trees per dev sentence",
                 flush=True,
             )
-        if time_limit is not None and time.perf_counter() - invocation_start >= 60 * time_limit:
-            break
-    finished = _finished(config, state)
-    summary = {
-        "finished": finished,
-        "best_epoch": state["best_epoch"],
-        "dev_uas": state["best_uas"],
-        "dev_uas_no_punct": state.get("best_uas_no_punct", float("nan")),
-        "train_seconds": state["train_seconds"],
-        "epochs_run": state["epoch"],
-        "stopped_early": state["epoch"] < config.epochs,
-        "train_sentences": len(train_sentences),
-        "train_sentences_too_long": too_long,
+    best = {
+        "dev_uas": run.state["best_uas"],
+        "dev_uas_no_punct": run.state.get("best_uas_no_punct", float("nan")),
     }
-    if finished:
-        _write_json(logdir / "final.json", summary)
-    return summary
+    return run.finish(best, {"train_sentences": len(train_sentences), "train_sentences_too_long": too_long})
 
 
-def _truncate_logs(logdir: pathlib.Path, epochs: int) -> None:
-    """Drop log rows of epochs after the checkpoint (written before a crash)."""
-    with open(logdir / "progress.csv", newline="") as handle:
-        rows = list(csv.reader(handle))
-    with open(logdir / "progress.csv", "w", newline="") as handle:
-        csv.writer(handle).writerows([rows[0]] + [row for row in rows[1:] if int(row[0]) <= epochs])
-    lines = (logdir / "sparsity_dev.jsonl").read_text().splitlines()
+def _truncate_sparsity_log(path: pathlib.Path, epochs: int) -> None:
+    """Drop the lines of epochs after the checkpoint (written before a crash)."""
+    lines = path.read_text().splitlines()
     kept = [line for line in lines if json.loads(line)["epoch"] <= epochs]
-    (logdir / "sparsity_dev.jsonl").write_text("".join(line + "\n" for line in kept))
+    path.write_text("".join(line + "\n" for line in kept))
 
 
 def load_run(logdir) -> tuple[keras.Model, Vocabulary, ParserConfig]:
     """The best model of a run, its vocabulary and its configuration."""
-    logdir = pathlib.Path(logdir)
-    if not (logdir / "best.keras").exists():
-        raise FileNotFoundError(
-            f"No trained parser (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
-        )
-    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-    return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir)
+    return load_best(logdir, ParserConfig, Vocabulary, "parser")
 
 
 def evaluate(logdir, split: str = "test") -> dict:
@@ -460,7 +324,7 @@ def evaluate(logdir, split: str = "test") -> dict:
         predict_scores(model, vocabulary, sentences, config.batch_size), sentences, config.single_root
     )
     result.update(split=split, long_sentences=sum(s.length > config.max_length for s in sentences))
-    _write_json(logdir / f"eval_{split}.json", result)
+    write_json(logdir / f"eval_{split}.json", result)
     return result
 
 

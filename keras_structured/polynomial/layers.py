@@ -57,18 +57,31 @@ class _SharedBasisLayer(keras.layers.Layer):
                 f"Received: input_shape={tuple(input_shape)}"
             )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_dim})
-        self.basis = self.add_weight(
-            name="basis",
-            shape=(self.rank, self._basis_dim(input_dim)),
-            initializer=self.basis_initializer,
-            regularizer=self.basis_regularizer,
+        self.basis = self._add_weight("basis", (self.rank, self._basis_dim(input_dim)), "basis")
+        self.output_weights = self._add_weight("output_weights", (self.rank, self.units), "output")
+
+    def _add_weight(self, name: str, shape: tuple, setting: str):
+        """A weight initialised and regularised by the layer's ``{setting}_initializer`` and
+        ``{setting}_regularizer``."""
+        return self.add_weight(
+            name=name,
+            shape=shape,
+            initializer=getattr(self, f"{setting}_initializer"),
+            regularizer=getattr(self, f"{setting}_regularizer"),
         )
-        self.output_weights = self.add_weight(
-            name="output_weights",
-            shape=(self.rank, self.units),
-            initializer=self.output_initializer,
-            regularizer=self.output_regularizer,
-        )
+
+    def _serialized_settings(self, *settings: str) -> dict:
+        """``{setting}_initializer`` then ``{setting}_regularizer`` of ``settings``, serialized for
+        ``get_config``."""
+        initializers = {
+            f"{setting}_initializer": keras.initializers.serialize(getattr(self, f"{setting}_initializer"))
+            for setting in settings
+        }
+        regularizers = {
+            f"{setting}_regularizer": keras.regularizers.serialize(getattr(self, f"{setting}_regularizer"))
+            for setting in settings
+        }
+        return {**initializers, **regularizers}
 
     def _cast_inputs(self, inputs) -> _ops.Inputs:
         if isinstance(inputs, tf.SparseTensor) and inputs.shape.rank != 2:
@@ -83,14 +96,7 @@ class _SharedBasisLayer(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(
-            units=self.units,
-            rank=self.rank,
-            basis_initializer=keras.initializers.serialize(self.basis_initializer),
-            output_initializer=keras.initializers.serialize(self.output_initializer),
-            basis_regularizer=keras.regularizers.serialize(self.basis_regularizer),
-            output_regularizer=keras.regularizers.serialize(self.output_regularizer),
-        )
+        config.update(units=self.units, rank=self.rank, **self._serialized_settings("basis", "output"))
         return config
 
 
@@ -201,19 +207,7 @@ class FactorizationMachine(_SharedBasisLayer):
         bias_regularizer: optional regularizer of ``bias``.
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
-    Call arguments:
-        inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
-            no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
-            a subclassed one with ``jit_compile=False``. A Keras mask on the leading axes
-            (e.g. padded sequences) is passed on unchanged, as by ``Dense``.
-
-    Returns:
-        Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
-
-    Raises:
-        ValueError: at construction, for ``units`` or ``rank`` that are not positive
-            integers; at build time, for inputs whose last dimension is unknown; at call
-            time, for sparse inputs that are not ``(batch, d)``.
+    Call arguments, returns and errors: as for :class:`PolynomialNetwork`.
 
     Example:
         >>> layer = FactorizationMachine(units=1, rank=1)
@@ -260,19 +254,9 @@ class FactorizationMachine(_SharedBasisLayer):
         super().build(input_shape)
         self.kernel = self.bias = None
         if self.use_linear:
-            self.kernel = self.add_weight(
-                name="kernel",
-                shape=(input_shape[-1], self.units),
-                initializer=self.kernel_initializer,
-                regularizer=self.kernel_regularizer,
-            )
+            self.kernel = self._add_weight("kernel", (input_shape[-1], self.units), "kernel")
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.units,),
-                initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer,
-            )
+            self.bias = self._add_weight("bias", (self.units,), "bias")
 
     def call(self, inputs) -> tf.Tensor:
         return _ops.factorization_machine(
@@ -282,11 +266,6 @@ class FactorizationMachine(_SharedBasisLayer):
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
-            use_linear=self.use_linear,
-            use_bias=self.use_bias,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
-            kernel_regularizer=keras.regularizers.serialize(self.kernel_regularizer),
-            bias_regularizer=keras.regularizers.serialize(self.bias_regularizer),
+            use_linear=self.use_linear, use_bias=self.use_bias, **self._serialized_settings("kernel", "bias")
         )
         return config

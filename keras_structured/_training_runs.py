@@ -1,0 +1,439 @@
+"""Training runs in a log directory, one ``model.fit`` epoch at a time.
+
+The contract shared by ``python -m keras_structured.parsing train`` and
+``python -m keras_structured.nli train``. A run lives in one directory (``logdir``):
+
+- ``config.json``: the run's settings (a dataclass, as ``dataclasses.asdict`` writes it),
+  and ``vocabulary.json``;
+- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first;
+- ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
+  (the loop state) after the last finished epoch, from which ``--resume`` continues;
+- ``best.keras``: the model of the best score so far (early stopping keeps it);
+- ``final.json``: the summary, written when training ends.
+
+The rules:
+
+- a new run refuses a directory that holds any of :data:`RUN_FILES` (other files, such
+  as a runner's logs, may sit beside them);
+- a resumed run keeps its settings, except that a larger training budget
+  (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
+  ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
+  (written before a crash) are dropped;
+- the loop ends after ``epochs`` epochs, or once ``min_epochs`` have run and the last
+  ``patience`` epochs brought no better score (:func:`finished`);
+- with a time limit, no new epoch starts after that many minutes: the run stops with a
+  checkpoint and without ``final.json``, to be resumed later;
+- every epoch draws its randomness from :func:`epoch_seed`, so a resumed run sees the same
+  batches as an uninterrupted one.
+
+A ``train`` function reads the data between opening the run and starting it:
+
+    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit)
+    data = ...
+    if run.resumed:
+        model, vocabulary = run.restore(Vocabulary)
+    else:
+        vocabulary = ...
+        run.write_settings(vocabulary)
+        model = ...
+        run.start()
+    for epoch in run.epochs():
+        history, seconds = run.fit(model, dataset, batches)
+        row = ...  # the epoch's progress.csv row
+        run.end_epoch(model, row, score)
+        run.save_checkpoint(model, seconds)
+    return run.finish({"trial_accuracy": run.state["best_accuracy"]}, {})
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import pathlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import keras
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+#: Files that make a directory hold a run.
+RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
+#: Settings a resumed run may increase: they extend its training budget.
+BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
+
+
+def write_json(path: pathlib.Path, value: Any) -> None:
+    """Write ``value`` as indented JSON, through a temporary file (never half a file).
+
+    Args:
+        path: the file.
+        value: a JSON-able value.
+    """
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(value, indent=1) + "\n")
+    temporary.replace(path)
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch`` (from 0) of a run seeded with ``seed``.
+
+    Args:
+        seed: the run's seed.
+        epoch: the epoch, from 0.
+
+    Returns:
+        A seed that depends on ``(seed, epoch)`` only.
+    """
+    return seed * 100_003 + epoch
+
+
+def _read_config(logdir: pathlib.Path, config_class: type):
+    return config_class(**json.loads((logdir / "config.json").read_text()))
+
+
+def finished(config: Any, state: dict) -> bool:
+    """Whether the loop is over: all epochs run, or early stopping after ``min_epochs``.
+
+    Args:
+        config: the run's settings (``epochs``, ``patience``, ``min_epochs``).
+        state: the loop state (``epoch``, the epochs run, and ``bad_epochs``, the epochs
+            since the best score).
+
+    Returns:
+        True when no epoch is left to run.
+    """
+    if state["epoch"] >= config.epochs:
+        return True
+    return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
+
+
+def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None:
+    """The loop state to resume from (None: a fresh start), after refusing to mix runs.
+
+    A resumed run keeps its settings, except that a larger training budget
+    (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is updated and
+    ``final.json`` removed until the extended run ends.
+
+    Args:
+        logdir: the run directory.
+        config: the settings given, a dataclass of the class stored in ``config.json``.
+        resume: continue the run in ``logdir``.
+
+    Returns:
+        The loop state of ``checkpoint/state.json`` when resuming, else None.
+
+    Raises:
+        FileNotFoundError: ``resume`` without a checkpoint.
+        ValueError: ``resume`` with other settings (named, stored and given), or a smaller
+            budget.
+        FileExistsError: a new run in a directory that holds one.
+    """
+    state_path = logdir / "checkpoint" / "state.json"
+    if resume:
+        if not state_path.exists():
+            raise FileNotFoundError(
+                f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}"
+            )
+        stored = _read_config(logdir, type(config))
+        differences = {
+            field.name: (getattr(stored, field.name), getattr(config, field.name))
+            for field in dataclasses.fields(config)
+            if getattr(stored, field.name) != getattr(config, field.name)
+        }
+        refused = {
+            name: values
+            for name, values in differences.items()
+            if name not in BUDGET_FIELDS or values[1] < values[0]
+        }
+        if refused:
+            raise ValueError(
+                "--resume continues a run with its own settings (only a larger epochs, patience or "
+                f"min_epochs extends it); these differ (stored, given): {refused}. "
+                f"Received: logdir={str(logdir)!r}"
+            )
+        if differences:
+            write_json(logdir / "config.json", dataclasses.asdict(config))
+            (logdir / "final.json").unlink(missing_ok=True)
+        return json.loads(state_path.read_text())
+    held = [name for name in RUN_FILES if (logdir / name).exists()]
+    if held:
+        raise FileExistsError(
+            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
+            f"choose another logdir. Received: logdir={str(logdir)!r}"
+        )
+    return None
+
+
+class _ProgressBar(keras.callbacks.Callback):
+    """A tqdm bar over the batches of one epoch, with the running loss.
+
+    Args:
+        epoch: the epoch, from 0.
+        epochs: the most epochs of the run.
+        batches: the batches of the epoch (None: unknown).
+    """
+
+    def __init__(self, epoch: int, epochs: int, batches: int | None):
+        super().__init__()
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.bar.update(1)
+        if logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")
+
+    def on_train_end(self, logs=None):
+        self.bar.close()
+
+
+class TrainingRun:
+    """One training run in its log directory: the files, the loop state, when to stop.
+
+    Opening a run checks the directory (:func:`check_logdir`) and starts the clock of the
+    time limit; the caller then starts or restores it, runs :meth:`epochs` and calls
+    :meth:`finish` (see the module docstring).
+
+    Args:
+        config: the run's settings, a dataclass with ``seed``, ``epochs``, ``patience`` and
+            ``min_epochs`` fields.
+        logdir: the run directory: empty (or missing) for a new run.
+        progress_columns: the columns of ``progress.csv``, ``"epoch"`` first.
+        score: the name of the score that early stopping follows; the loop state keeps
+            its best value as ``best_{score}``.
+        resume: continue the run in ``logdir``.
+        quiet: no progress bar.
+        time_limit: minutes after which no new epoch starts (None: no limit).
+
+    Raises:
+        FileNotFoundError, ValueError, FileExistsError: runs that would mix, as for
+            :func:`check_logdir`.
+
+    Attributes:
+        config: the settings.
+        logdir: the run directory, a ``pathlib.Path``.
+        resumed: whether the run continues from a checkpoint.
+        state: the loop state, saved in ``checkpoint/state.json`` (None until
+            :meth:`start` for a new run).
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        logdir: str | pathlib.Path,
+        progress_columns: Sequence[str],
+        score: str,
+        resume: bool = False,
+        quiet: bool = False,
+        time_limit: float | None = None,
+    ):
+        self._opened = time.perf_counter()
+        self.config = config
+        self.logdir = pathlib.Path(logdir)
+        self.state = check_logdir(self.logdir, config, resume)
+        self.resumed = self.state is not None
+        self._columns = tuple(progress_columns)
+        self._best = f"best_{score}"
+        self._quiet = quiet
+        self._time_limit = time_limit
+
+    def write_settings(self, vocabulary: Any) -> None:
+        """A new run's ``config.json`` and ``vocabulary.json`` (the directory is created).
+
+        Args:
+            vocabulary: an object with ``get_config()``.
+        """
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        write_json(self.logdir / "config.json", dataclasses.asdict(self.config))
+        write_json(self.logdir / "vocabulary.json", vocabulary.get_config())
+
+    def start(self, **state) -> None:
+        """A new run's loop state (epoch 0, no best score yet) and ``progress.csv`` header.
+
+        Args:
+            **state: more entries of the loop state, after the shared ones.
+        """
+        self.state = {
+            "epoch": 0,
+            self._best: -1.0,
+            "best_epoch": -1,
+            "bad_epochs": 0,
+            "train_seconds": 0.0,
+            **state,
+        }
+        with open(self.logdir / "progress.csv", "w", newline="") as handle:
+            csv.writer(handle).writerow(self._columns)
+
+    def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
+        """The checkpointed model and the vocabulary of a resumed run.
+
+        Rows of ``progress.csv`` for epochs after the checkpoint are dropped.
+
+        Args:
+            vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
+
+        Returns:
+            ``(model, vocabulary)``: the model with its optimizer state.
+        """
+        vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
+        model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
+        with open(self.logdir / "progress.csv", newline="") as handle:
+            rows = list(csv.reader(handle))
+        kept = [row for row in rows[1:] if int(row[0]) <= self.state["epoch"]]
+        with open(self.logdir / "progress.csv", "w", newline="") as handle:
+            csv.writer(handle).writerows([rows[0]] + kept)
+        return model, vocabulary
+
+    def epochs(self) -> Iterator[int]:
+        """The epochs to run (from 0), each after the previous one's checkpoint.
+
+        Yields:
+            The next epoch, until :func:`finished` or the time limit.
+        """
+        while not finished(self.config, self.state):
+            yield self.state["epoch"]
+            if self._time_limit is not None and time.perf_counter() - self._opened >= 60 * self._time_limit:
+                return
+
+    def fit(
+        self, model: keras.Model, dataset: tf.data.Dataset, batches: int | None, **fit_arguments
+    ) -> tuple[keras.callbacks.History, float]:
+        """Train ``model`` for the current epoch, with a progress bar unless quiet.
+
+        Args:
+            model: the compiled model.
+            dataset: the epoch's training batches.
+            batches: their number (for the progress bar).
+            **fit_arguments: more arguments of ``model.fit``.
+
+        Returns:
+            ``(history, seconds)``: ``model.fit``'s history and the seconds it took.
+        """
+        epoch = self.state["epoch"]
+        callbacks = [] if self._quiet else [_ProgressBar(epoch, self.config.epochs, batches)]
+        start = time.perf_counter()
+        history = model.fit(
+            dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks, **fit_arguments
+        )
+        return history, time.perf_counter() - start
+
+    def end_epoch(self, model: keras.Model, row: dict, score: float, **best) -> bool:
+        """Log the current epoch and keep its model if its score is the best so far.
+
+        Args:
+            model: the model after the epoch.
+            row: the epoch's ``progress.csv`` row, by column.
+            score: the epoch's score (higher is better).
+            **best: more loop-state entries to store with a new best score.
+
+        Returns:
+            Whether the score is the best so far (``best.keras`` is then rewritten);
+            otherwise the epoch counts towards ``patience``.
+        """
+        with open(self.logdir / "progress.csv", "a", newline="") as handle:
+            csv.writer(handle).writerow([row[column] for column in self._columns])
+        improved = score > self.state[self._best]
+        if improved:
+            self.state.update(
+                {self._best: score, **best, "best_epoch": self.state["epoch"] + 1, "bad_epochs": 0}
+            )
+            model.save(self.logdir / "best.keras")
+        else:
+            self.state["bad_epochs"] += 1
+        return improved
+
+    def save_checkpoint(self, model: keras.Model, seconds: float) -> None:
+        """Count the current epoch as run and write ``checkpoint/``.
+
+        Args:
+            model: the model after the epoch.
+            seconds: the epoch's training seconds.
+        """
+        self.state["epoch"] += 1
+        self.state["train_seconds"] += seconds
+        checkpoint = self.logdir / "checkpoint"
+        checkpoint.mkdir(exist_ok=True)
+        model.save(checkpoint / "model.keras")
+        write_json(checkpoint / "state.json", self.state)
+
+    def finish(self, scores: dict, details: dict) -> dict:
+        """The run's summary, written to ``final.json`` when the run is over.
+
+        Args:
+            scores: the best scores, by summary key.
+            details: more summary entries, after the shared ones.
+
+        Returns:
+            ``finished`` (False when the time limit stopped the run first: no file is
+            written), ``best_epoch``, the ``scores``, ``train_seconds``, ``epochs_run``,
+            ``stopped_early`` and the ``details``.
+        """
+        done = finished(self.config, self.state)
+        summary = {
+            "finished": done,
+            "best_epoch": self.state["best_epoch"],
+            **scores,
+            "train_seconds": self.state["train_seconds"],
+            "epochs_run": self.state["epoch"],
+            "stopped_early": self.state["epoch"] < self.config.epochs,
+            **details,
+        }
+        if done:
+            write_json(self.logdir / "final.json", summary)
+        return summary
+
+
+def load_best(
+    logdir: str | pathlib.Path, config_class: type, vocabulary_class: type, what: str
+) -> tuple[keras.Model, Any, Any]:
+    """The best model of a run, its vocabulary and its settings.
+
+    Args:
+        logdir: the run directory.
+        config_class: the dataclass stored in ``config.json``.
+        vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
+        what: the model's name in the error message (``"parser"``).
+
+    Returns:
+        ``(model, vocabulary, config)``.
+
+    Raises:
+        FileNotFoundError: the run has no ``best.keras``.
+    """
+    logdir = pathlib.Path(logdir)
+    if not (logdir / "best.keras").exists():
+        raise FileNotFoundError(
+            f"No trained {what} (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
+        )
+    vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+    return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir, config_class)
+
+
+def train_from_arguments(
+    arguments: argparse.Namespace, config_class: type, train: Callable[..., dict]
+) -> None:
+    """The ``train`` subcommand: the settings from the parsed options, then the JSON summary.
+
+    Args:
+        arguments: the parsed options: one per field of ``config_class`` (same names), and
+            ``logdir``, ``resume``, ``quiet`` and ``time_limit``.
+        config_class: the settings' dataclass.
+        train: called as ``train(config, logdir, resume=, quiet=, time_limit=)``; returns
+            the summary, printed as one JSON line.
+    """
+    names = {field.name for field in dataclasses.fields(config_class)}
+    config = config_class(**{name: value for name, value in vars(arguments).items() if name in names})
+    summary = train(
+        config,
+        arguments.logdir,
+        resume=arguments.resume,
+        quiet=arguments.quiet,
+        time_limit=arguments.time_limit,
+    )
+    print(json.dumps(summary))

@@ -1,0 +1,63 @@
+"""The run-directory rules shared by the parser and NLI command lines (``keras_structured._training_runs``):
+early stopping after ``min_epochs``, runs never mixed, a larger budget extending a finished run.
+End-to-end runs (exact resume, the files written) are in ``test_parsing_model.py`` and
+``test_nli_training.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from keras_structured._training_runs import check_logdir, finished
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    learning_rate: float = 0.1
+    seed: int = 0
+    epochs: int = 10
+    patience: int = 5
+    min_epochs: int = 1
+
+
+def _finished_run(logdir, settings: Settings) -> None:
+    """The files of a run that ran all its epochs."""
+    (logdir / "checkpoint").mkdir()
+    (logdir / "checkpoint" / "state.json").write_text(json.dumps({"epoch": settings.epochs, "bad_epochs": 0}))
+    (logdir / "config.json").write_text(json.dumps(dataclasses.asdict(settings)))
+    (logdir / "final.json").write_text("{}")
+
+
+@pytest.mark.parametrize(
+    "epoch, bad_epochs, expected",
+    [(2, 5, False), (4, 5, True), (4, 4, False), (10, 0, True)],
+)
+def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, expected):
+    settings = Settings(epochs=10, patience=5, min_epochs=4)
+    assert finished(settings, {"epoch": epoch, "bad_epochs": bad_epochs}) is expected
+
+
+def test_a_larger_budget_extends_a_finished_run(tmp_path):
+    settings = Settings(epochs=2)
+    _finished_run(tmp_path, settings)
+    longer = dataclasses.replace(settings, epochs=4, patience=6)
+    assert check_logdir(tmp_path, longer, resume=True)["epoch"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["epochs"] == 4
+    assert not (tmp_path / "final.json").exists() and not finished(longer, {"epoch": 2, "bad_epochs": 0})
+    with pytest.raises(ValueError, match=r"'patience': \(6, 5\)"):
+        check_logdir(tmp_path, dataclasses.replace(longer, patience=5), resume=True)
+
+
+def test_runs_are_never_mixed(tmp_path):
+    settings = Settings(epochs=2)
+    assert check_logdir(tmp_path / "new", settings, resume=False) is None
+    _finished_run(tmp_path, settings)
+    (tmp_path / "runner.log").write_text("")  # a runner's own files do not count
+    with pytest.raises(FileExistsError, match=r"already holds a run \(config.json, checkpoint, final.json\)"):
+        check_logdir(tmp_path, settings, resume=False)
+    with pytest.raises(ValueError, match=r"\{'learning_rate': \(0.1, 0.2\)\}.*Received: logdir="):
+        check_logdir(tmp_path, dataclasses.replace(settings, learning_rate=0.2), resume=True)
+    with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
+        check_logdir(tmp_path / "new", settings, resume=True)
