@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import csv
+import os
 import pathlib
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 
 
 def read_progress(logdir: pathlib.Path) -> list[dict]:
@@ -30,3 +33,33 @@ def train_in_parts(
         main(arguments(logdir, "--time-limit", "0", *resume))
         if (logdir / "final.json").exists():
             break
+
+
+def main_in_new_process(package: str, *argvs: Sequence[str]) -> None:
+    """``python -m package argv`` for each ``argv``, one after the other, in one fresh
+    interpreter with TensorFlow's op determinism on (the command lines have no option for it)
+    and one OpenMP thread.
+
+    A run resumed in the process that ran its earlier epochs inherits that process's random
+    state; only a new process shows what a resume after a real interruption does.
+
+    Args:
+        package: the command line's package, such as ``"keras_structured.parsing"``.
+        *argvs: the arguments of each command.
+
+    Raises:
+        AssertionError: a command failed (its stderr is shown).
+    """
+    script = "\n".join(
+        [
+            "import importlib, tensorflow as tf",
+            "tf.config.experimental.enable_op_determinism()",
+            f"main = importlib.import_module({package + '.__main__'!r}).main",
+            *(f"main({list(argv)!r})" for argv in argvs),
+        ]
+    )
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]

@@ -58,15 +58,19 @@ def make_dataset(
     Word dropout (:func:`~keras_structured.parsing.vocabulary.word_dropout`) is applied
     when ``word_dropout_alpha > 0``, with a new mask for every batch of every epoch.
 
-    Given a ``seed``, the whole sequence of epochs (order and dropout masks) is the same
-    from run to run; with ``seed=None`` it is not.
+    Given a ``seed`` and TensorFlow's global seed (``keras.utils.set_random_seed``), the
+    whole sequence of epochs (order and dropout masks) is the same from run to run; with
+    ``seed=None`` it is not. TensorFlow derives the shuffling and the dropout masks from the
+    two seeds together, as for every seeded op: a process that has no global seed yet (a
+    run resumed in a new process) draws other batches than one where it is set, so set it
+    before calling this function.
 
     Args:
         sentences: the sentences, with their gold heads.
         vocabulary: the vocabulary that encodes them.
         batch_size: the number of sentences a batch, ``>= 1``.
         shuffle: whether to shuffle and bucket by length (training).
-        seed: the seed of the shuffling and of the word dropout, or None.
+        seed: the seed of the shuffling and of the word dropout (with the global seed), or None.
         word_dropout_alpha: the word dropout constant ``alpha >= 0``; 0 for none.
         bucket_width: the width of the length buckets, in words, ``>= 1``
             (``shuffle=True`` only).

@@ -255,6 +255,9 @@ def train(
             flush=True,
         )
     for epoch in run.epochs():
+        # The global seed first: TensorFlow draws the shuffling and word dropout from it and the
+        # dataset's seed together, and a resumed run in a new process has no global seed yet.
+        keras.utils.set_random_seed(epoch_seed(config.seed, epoch))
         dataset = make_dataset(
             train_sentences,
             vocabulary,
@@ -263,7 +266,6 @@ def train(
             seed=epoch_seed(config.seed, epoch),
             word_dropout_alpha=config.word_dropout,
         )
-        keras.utils.set_random_seed(epoch_seed(config.seed, epoch))
         history, seconds = run.fit(model, dataset, -(-len(train_sentences) // config.batch_size))
         scores = evaluate_scores(
             predict_scores(model, vocabulary, dev, config.batch_size),
