@@ -185,3 +185,32 @@ def test_sparse_trees_are_few_and_sum_to_one_on_a_trained_model(tmp_path):
         weights = [weight for _, weight in support]
         assert weights == sorted(weights, reverse=True) and abs(sum(weights) - 1) < 1e-9
         assert all(heads.shape == (sentence.length + 1,) and heads[0] == -1 for heads, _ in support)
+
+
+def test_time_measures_the_runs_side_by_side(tmp_path, capsys):
+    treebank = _treebank(tmp_path)
+    quick = ["--epochs", "1", "--max-train-sentences", "8", "--sparsity-sentences", "2", "--batch-size", "4"]
+    for loss in ("sparsemap", "crf"):
+        main(_arguments(treebank, tmp_path / loss, *quick) + ["--loss", loss])
+    capsys.readouterr()
+    runs = [str(tmp_path / loss) for loss in ("sparsemap", "crf")]
+    main(
+        [
+            "time",
+            "--logdir",
+            runs[0],
+            "--logdir",
+            runs[1],
+            "--steps",
+            "2",
+            "--output",
+            str(tmp_path / "t.json"),
+        ]
+    )
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result == json.loads((tmp_path / "t.json").read_text())
+    assert [result[run]["loss"] for run in runs] == ["sparsemap", "crf"]
+    for run in runs:
+        assert result[run]["steps"] == 2 and result[run]["sentences_per_s"] > 0
+    with pytest.raises(FileNotFoundError, match="No checkpoint"):
+        main(["time", "--logdir", str(tmp_path / "nothing")])

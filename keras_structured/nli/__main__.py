@@ -165,13 +165,10 @@ def _align(args) -> None:
 
 
 def _time(args) -> None:
+    from keras_structured._step_timing import report_timings
     from keras_structured.nli.step_timing import time_training_steps
 
-    result = time_training_steps(args.logdir, args.steps)
-    if args.output:
-        pathlib.Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
+    report_timings(time_training_steps(args.logdir, args.steps), args.output)
 
 
 def main(argv: list[str] | None = None) -> None:

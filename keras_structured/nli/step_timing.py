@@ -1,26 +1,21 @@
-"""Cost of a training step of several trained runs, measured side by side in one process.
+"""Cost of a training step of several trained NLI runs, measured side by side in one process.
 
-Timings of separate runs are hard to compare on a shared machine: another job may slow
-one of them down. Here the runs' checkpointed models (with their optimizers) take training
-steps in turn, on the same batches: batch ``k`` is given to every model before batch
-``k + 1``, the order of the models rotating from batch to batch, so that a slow period of the
-machine hits them alike. A first pass over the batches, not timed, traces the training
-functions. The weights change in memory only; nothing is written to the runs.
+The runs' checkpointed models (with their optimizers) take training steps in turn on the
+same batches (:func:`keras_structured._step_timing.interleaved_step_seconds`). The weights
+change in memory only; nothing is written to the runs.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import time
-import warnings
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
+from keras_structured._step_timing import interleaved_step_seconds, step_summary
 from keras_structured._validation import check_integer
-from keras_structured.engine import SparseMAPConvergenceWarning
 from keras_structured.nli.batching import encode_pairs
 from keras_structured.nli.layers import Alignment, MaskedPooling
 from keras_structured.nli.sick_reader import read_sick
@@ -65,25 +60,18 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
     chunks = [[pairs[i] for i in order[k * size : (k + 1) * size]] for k in range(steps)]
     chunks = [chunk for chunk in chunks if chunk]
     batches = [[encode_pairs(chunk, vocabulary) for chunk in chunks] for _, vocabulary, _ in runs]
-    times = [[] for _ in runs]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SparseMAPConvergenceWarning)
-        for timed in (False, True):
-            for k in range(len(chunks)):
-                for shift in range(len(runs)):
-                    r = (k + shift) % len(runs)
-                    batch = batches[r][k]
-                    features = {"premise": batch["premise"], "hypothesis": batch["hypothesis"]}
-                    start = time.perf_counter()
-                    runs[r][0].train_on_batch(features, batch["label"])
-                    if timed:
-                        times[r].append(time.perf_counter() - start)
+
+    def step(model, batch):
+        features = {"premise": batch["premise"], "hypothesis": batch["hypothesis"]}
+        return lambda: model.train_on_batch(features, batch["label"])
+
+    times = interleaved_step_seconds(
+        [
+            [step(model, batch) for batch in run_batches]
+            for (model, _, _), run_batches in zip(runs, batches, strict=True)
+        ]
+    )
     return {
-        str(logdir): {
-            "attention": run[2]["attention"],
-            "steps": len(seconds),
-            "median_step_s": float(np.median(seconds)),
-            "mean_step_s": float(np.mean(seconds)),
-        }
+        str(logdir): {"attention": run[2]["attention"], **step_summary(seconds)}
         for logdir, run, seconds in zip(logdirs, runs, times, strict=True)
     }

@@ -1,4 +1,4 @@
-"""Command line of the dependency parser: ``python -m keras_structured.parsing {train,evaluate,parse}``.
+"""Command line of the dependency parser: ``python -m keras_structured.parsing {train,evaluate,parse,time}``.
 
 Examples:
     python -m keras_structured.parsing train --treebank ../shared/data/ud/vi_vtb-2.0 \\
@@ -6,6 +6,7 @@ Examples:
     python -m keras_structured.parsing train --logdir runs/parser/vi-sparsemap --resume ...
     python -m keras_structured.parsing evaluate --logdir runs/parser/vi-sparsemap --split test
     python -m keras_structured.parsing parse --logdir runs/parser/vi-sparsemap --index 3 --png trees.png
+    python -m keras_structured.parsing time --logdir runs/parser/vi-sparsemap --logdir runs/parser/vi-crf
 """
 
 from __future__ import annotations
@@ -87,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     parse.add_argument("--index", type=int, default=0, help="sentence number in the split (from 0)")
     parse.add_argument("--png", default=None, help="draw the trees into this PNG file")
     parse.add_argument("--max-trees", type=int, default=6, help="print and draw at most the N heaviest trees")
+
+    time_steps = commands.add_parser(
+        "time", help="training throughput of several runs' checkpoints, interleaved on the same batches"
+    )
+    time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
+    time_steps.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
     return parser
 
 
@@ -134,9 +142,16 @@ def _parse(args) -> None:
         print(f"wrote {args.png}")
 
 
+def _time(args) -> None:
+    from keras_structured._step_timing import report_timings
+    from keras_structured.parsing.step_timing import time_training_steps
+
+    report_timings(time_training_steps(args.logdir, args.steps), args.output)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    {"train": _train, "evaluate": _evaluate, "parse": _parse}[args.command](args)
+    {"train": _train, "evaluate": _evaluate, "parse": _parse, "time": _time}[args.command](args)
 
 
 if __name__ == "__main__":

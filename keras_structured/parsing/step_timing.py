@@ -1,0 +1,90 @@
+"""Training throughput of several parser runs, measured side by side in one process.
+
+The issue behind Table 1 asks for sentences per second with the SparseMAP loss against the
+CRF loss, same model, same run: the checkpointed models of the runs (with their optimizers
+and losses) take training steps in turn on the same batches
+(:func:`keras_structured._step_timing.interleaved_step_seconds`), so that the load of a
+shared machine hits them alike. The weights change in memory only; nothing is written to
+the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+from keras_structured._step_timing import interleaved_step_seconds, step_summary
+from keras_structured._validation import check_integer
+from keras_structured.parsing.batching import make_dataset
+from keras_structured.parsing.conllu_reader import read_conllu, treebank_paths
+from keras_structured.parsing.model import ArcScorer
+from keras_structured.parsing.vocabulary import Vocabulary
+
+__all__ = ["time_training_steps"]
+
+
+def _load(logdir: pathlib.Path) -> tuple[keras.Model, Vocabulary, dict]:
+    model_path = logdir / "checkpoint" / "model.keras"
+    if not model_path.is_file():
+        raise FileNotFoundError(
+            f"No checkpoint (checkpoint/model.keras) in the logdir. Received: logdir={str(logdir)!r}"
+        )
+    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+    config = json.loads((logdir / "config.json").read_text())
+    return keras.models.load_model(model_path, custom_objects={"ArcScorer": ArcScorer}), vocabulary, config
+
+
+def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> dict:
+    """Seconds per training step and sentences per second of each run, interleaved on the same batches.
+
+    The batches are ``steps`` batches of the first run's training sentences (those its
+    training kept: at most ``max_length`` words), in an order drawn from ``seed``, without
+    word dropout; every run gets the same sentences in its own vocabulary.
+
+    Args:
+        logdirs: parser run directories with ``checkpoint/model.keras``.
+        steps: timed steps per run (``>= 1``).
+        seed: seed of the order of the sentences.
+
+    Returns:
+        ``{logdir: {"loss", "steps", "median_step_s", "mean_step_s", "sentences_per_s"}}``
+        (logdirs as given, as strings); ``sentences_per_s`` is the batch size over the
+        median step time.
+
+    Raises:
+        ValueError: no logdirs, or ``steps < 1``.
+        FileNotFoundError: a logdir without a checkpoint.
+
+    Example:
+        >>> time_training_steps(["runs/vi-sparsemap", "runs/vi-crf"], steps=20)  # doctest: +SKIP
+    """
+    steps = check_integer("steps", steps, minimum=1)
+    logdirs = [pathlib.Path(logdir) for logdir in logdirs]
+    if not logdirs:
+        raise ValueError("logdirs must not be empty. Received: logdirs=[]")
+    runs = [_load(logdir) for logdir in logdirs]
+    config = runs[0][2]
+    train = read_conllu(treebank_paths(config["treebank"], ("train",))["train"])
+    train = [s for s in train[: config.get("max_train_sentences")] if 0 < s.length <= config["max_length"]]
+    size = config["batch_size"]
+    order = np.random.default_rng(seed).permutation(len(train))[: steps * size]
+    chosen = [train[i] for i in order]
+
+    def run_steps(model: keras.Model, vocabulary: Vocabulary) -> list:
+        batches = list(make_dataset(chosen, vocabulary, size, shuffle=False).as_numpy_iterator())
+        return [
+            lambda inputs=inputs, heads=heads: model.train_on_batch(inputs, heads)
+            for inputs, heads in batches
+        ]
+
+    seconds = interleaved_step_seconds([run_steps(model, vocabulary) for model, vocabulary, _ in runs])
+    results = {}
+    for logdir, (_, _, run_config), run_seconds in zip(logdirs, runs, seconds, strict=True):
+        summary = step_summary(run_seconds)
+        summary["sentences_per_s"] = size / summary["median_step_s"]
+        results[str(logdir)] = {"loss": run_config["loss"], **summary}
+    return results
