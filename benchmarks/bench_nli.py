@@ -75,6 +75,8 @@ from resumable_runs import (
     run_logdirs,
     run_rounds,
     runner_parser,
+    time_command,
+    time_side_by_side,
     to_float,
     write_plan,
     write_results,
@@ -348,16 +350,6 @@ def align_command(logdir: Path, python: str = sys.executable) -> list[str]:
     ]
 
 
-def time_command(
-    logdirs: Sequence[Path], steps: int, output: Path, python: str = sys.executable
-) -> list[str]:
-    """``python -m keras_structured.nli time`` argv over ``logdirs`` writing ``output``."""
-    argv = [python, *CLI, "time"]
-    for logdir in logdirs:
-        argv += ["--logdir", str(logdir)]
-    return argv + ["--steps", str(steps), "--output", str(output)]
-
-
 def run_commands(
     spec: RunSpec,
     status: RunStatus,
@@ -437,21 +429,8 @@ def inspect_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
     if set(ready) != set(plan.config.attentions):
         return ok
     logdirs = [ready[attention] for attention in plan.config.attentions]
-    timing = read_json(root / TIMING_FILE)
-    if timing is not None and set(timing) == {str(logdir) for logdir in logdirs}:
-        return ok
-    log_progress(f"time training steps of {', '.join(plan.config.attentions)} side by side")
-    proc = subprocess.run(
-        time_command(logdirs, plan.config.timing_steps, root / TIMING_FILE),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    (root / "bench_time.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or read_json(root / TIMING_FILE) is None:
-        log_progress(f"FAILED timing (exit {proc.returncode}, see {root / 'bench_time.log'})")
-        ok = False
-    return ok
+    argv = time_command(CLI, logdirs, plan.config.timing_steps, root / TIMING_FILE)
+    return time_side_by_side(argv, logdirs, root / TIMING_FILE, ", ".join(plan.config.attentions), env) and ok
 
 
 def describe_choices(plan: Plan) -> list[str]:

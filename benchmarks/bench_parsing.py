@@ -77,6 +77,8 @@ from resumable_runs import (
     run_logdirs,
     run_rounds,
     runner_parser,
+    time_command,
+    time_side_by_side,
     to_float,
     write_plan,
     write_results,
@@ -106,6 +108,11 @@ QUICK_TRAIN_ARGS = ("--max-train-sentences", "200", "--epochs", "3")
 QUICK_LEARNING_RATE = 2e-3
 #: Target of the throughput check: SparseMAP training at most this many times slower than CRF per sentence.
 THROUGHPUT_TARGET = 1.5
+#: The losses whose training steps are timed side by side (``time``) on each language, the
+#: timed steps per loss, and the file the timings go to, ``{root}/{language}/step_timing.json``.
+TIMED_LOSSES = ("sparsemap", "margin_sparsemap", "crf")
+TIMING_STEPS = 30
+TIMING_FILE = "step_timing.json"
 DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ud").resolve()
 DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_parsing"), Path("runs/bench_parsing_quick")
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
@@ -561,8 +568,38 @@ def read_config(root: Path) -> SuiteConfig:
     return SuiteConfig.recorded(root, "config")
 
 
+def timed_runs(plan: Plan, root: Path, language: str) -> list[Path]:
+    """The logdirs of ``language`` to time side by side: the first seed's runs of
+    :data:`TIMED_LOSSES` at their chosen rates, once all of them (the SparseMAP and CRF
+    losses among them) are finished; else none."""
+    specs = [
+        RunSpec(language, loss, plan.chosen[language, loss], plan.config.seeds[0])
+        for loss in TIMED_LOSSES
+        if loss in plan.config.losses and (language, loss) in plan.chosen
+    ]
+    losses = {spec.loss for spec in specs}
+    finished = all((spec.logdir(root) / FINAL_FILE).is_file() for spec in specs)
+    return [spec.logdir(root) for spec in specs] if {"sparsemap", "crf"} <= losses and finished else []
+
+
+def time_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
+    """Time the training steps of each language's :func:`timed_runs` side by side, in one
+    ``python -m keras_structured.parsing time`` process per language (skipped when its
+    ``step_timing.json`` holds exactly those runs). Returns True when nothing failed."""
+    ok = True
+    for language in plan.config.all_languages:
+        logdirs = timed_runs(plan, root, language)
+        if logdirs:
+            output = root / language / TIMING_FILE
+            argv = time_command(CLI, logdirs, TIMING_STEPS, output)
+            what = f"{language} ({', '.join(logdir.parts[-3] for logdir in logdirs)})"
+            ok = time_side_by_side(argv, logdirs, output, what, env) and ok
+    return ok
+
+
 def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
-    """Run the plan in rounds (tuning, then what its choices decide) until nothing is left.
+    """Run the plan in rounds (tuning, then what its choices decide) until nothing is left,
+    then time the SparseMAP and CRF runs side by side (:func:`time_runs`).
 
     Each round re-plans from the logdirs (:func:`plan_suite`), records the plan in
     ``{root}/bench_plan.json`` and runs what is pending, ``jobs`` at a time. A run that fails
@@ -584,6 +621,7 @@ def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[
         jobs,
         waiting="language/loss pairs waiting for their learning rate",
     )
+    ok = time_runs(plan, root, env) and ok
     for line in describe_choices(plan):
         log_progress(line)
     return ok
@@ -846,6 +884,32 @@ def _throughput_table(plan: Plan, runs: list[RunResult]) -> list[str]:
     return lines
 
 
+def _same_process_throughput_table(plan: Plan, root: Path) -> list[str]:
+    """Sentences/s of the runs timed side by side (``{root}/{language}/step_timing.json``)."""
+    lines = [
+        f"The first seed's runs at the chosen rates, timed in one process on the same {TIMING_STEPS} "
+        "batches, taking training steps in turn (`python -m keras_structured.parsing time`): the "
+        "measurement that a shared machine cannot bias. Ratio = median step time of sparsemap / crf.",
+        "",
+        f"| language | {' | '.join(TIMED_LOSSES)} | sparsemap / crf | <= {THROUGHPUT_TARGET:g} |",
+        "|---" * (len(TIMED_LOSSES) + 3) + "|",
+    ]
+    for language in plan.config.all_languages:
+        timing = read_json(root / language / TIMING_FILE)
+        if not timing:
+            lines.append(f"| {language} |" + " n/a |" * (len(TIMED_LOSSES) + 2))
+            continue
+        by_loss = {run["loss"]: run for run in timing.values()}
+        cells = " | ".join(
+            fmt(to_float(by_loss[loss]["sentences_per_s"]), 1) if loss in by_loss else "n/a"
+            for loss in TIMED_LOSSES
+        )
+        ratio = to_float(by_loss["sparsemap"]["median_step_s"]) / to_float(by_loss["crf"]["median_step_s"])
+        met = "yes" if ratio <= THROUGHPUT_TARGET else "**no**"
+        lines.append(f"| {language} | {cells} | {fmt(ratio, 2)} | {met} |")
+    return lines
+
+
 def _runs_table(runs: list[RunResult]) -> list[str]:
     """Every finished run: epochs, dev and test UAS, throughput and wall time."""
     lines = [
@@ -1004,6 +1068,8 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
         "## SparseMAP sparsity",
         "\n".join(_sparsity_table(plan, groups)),
         "## Training throughput",
+        "\n".join(_same_process_throughput_table(plan, root)),
+        "Across the runs, as their own processes measured it:",
         "\n".join(_throughput_table(plan, runs)),
         "## All finished runs",
         "\n".join(_runs_table(runs)),

@@ -49,6 +49,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -276,6 +277,48 @@ def execute_run(
         if not ok:
             return False
     log_progress(f"done {name} (train {state['train_wall_s'] / 60:.1f} min)")
+    return True
+
+
+def time_command(
+    cli: Sequence[str], logdirs: Sequence[Path], steps: int, output: Path, python: str = sys.executable
+) -> list[str]:
+    """``python {cli} time --logdir ... --steps N --output FILE`` argv over ``logdirs``."""
+    argv = [python, *cli, "time"]
+    for logdir in logdirs:
+        argv += ["--logdir", str(logdir)]
+    return argv + ["--steps", str(steps), "--output", str(output)]
+
+
+def time_side_by_side(
+    argv: list[str], logdirs: Sequence[Path], output: Path, what: str, env: dict[str, str]
+) -> bool:
+    """Run a ``time`` command (:func:`time_command`) unless ``output`` holds exactly ``logdirs`` already.
+
+    The command lets the runs' checkpoints take training steps in turn on the same batches
+    and writes their step times into ``output``; its output goes to ``bench_time.log`` next
+    to ``output``.
+
+    Args:
+        argv: the ``time`` command.
+        logdirs: the runs it times.
+        output: the JSON file it writes.
+        what: the runs in words, for the progress line.
+        env: the subprocess's environment.
+
+    Returns:
+        False when the command failed or wrote nothing, else True.
+    """
+    timing = read_json(output)
+    if timing is not None and set(timing) == {str(logdir) for logdir in logdirs}:
+        return True
+    log_progress(f"time training steps of {what} side by side")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    log = output.parent / "bench_time.log"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or read_json(output) is None:
+        log_progress(f"FAILED timing (exit {proc.returncode}, see {log})")
+        return False
     return True
 
 

@@ -502,6 +502,9 @@ def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
 # --------------------------------------------------------------------------------------------- execute
 
 
+STEP_SECONDS = {"sparsemap": 0.12, "margin_sparsemap": 0.13, "crf": 0.1}
+
+
 class FakeParser(FakeCLI):
     """Stands in for ``subprocess.run`` of the parsing CLI: writes what ``train`` / ``evaluate`` would."""
 
@@ -521,6 +524,18 @@ class FakeParser(FakeCLI):
                     json.dumps({**final, "dev_uas_no_punct": 0, "stopped_early": False})
                 )
             return subprocess.CompletedProcess(argv, self.train_exit)
+        if argv[3] == "time":
+            logdirs = [Path(argv[i + 1]) for i, arg in enumerate(argv) if arg == "--logdir"]
+            timing = {
+                str(run): {
+                    "loss": run.parts[-3],
+                    "median_step_s": STEP_SECONDS[run.parts[-3]],
+                    "sentences_per_s": 1.0,
+                }
+                for run in logdirs
+            }
+            Path(arg_value(argv, "--output")).write_text(json.dumps(timing))
+            return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(timing), stderr="")
         split = arg_value(argv, "--split")
         result = {"split": split, "uas": 75.0, "uas_no_punct": 76.0, "tokens": 9, "sentences": 2}
         result.update(trees_per_sentence=[1, 2], long_sentences=0)
@@ -620,3 +635,28 @@ def test_a_best_rate_at_the_end_of_the_grid_widens_it():
     statuses[R("vi", "crf", 0.008, 0)] = done(66.0)  # better again: widened once more, then at most twice
     statuses[R("vi", "crf", 0.016, 0)] = done(67.0)
     assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).learning_rate == 0.016
+
+
+def test_run_suite_times_the_sparsemap_and_crf_runs_side_by_side_once(tmp_path, monkeypatch):
+    fake = FakeParser()
+    monkeypatch.setattr(subprocess, "run", fake)
+    config = bench.SuiteConfig(
+        languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
+    )
+    assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+    times = [call for call in fake.calls if call[3] == "time"]
+    assert len(times) == 1 and times[0].count("--logdir") == 2
+    assert arg_value(times[0], "--steps") == str(bench.TIMING_STEPS)
+    assert arg_value(times[0], "--output") == str(tmp_path / "vi" / bench.TIMING_FILE)
+    assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+    assert sum(call[3] == "time" for call in fake.calls) == 1  # the timings hold these runs: skipped
+    report = bench.write_report(tmp_path, config).read_text()
+    assert "| vi | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
+
+
+def test_no_timing_until_the_sparsemap_and_crf_runs_are_finished(tmp_path):
+    config = bench.SuiteConfig(
+        languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
+    )
+    plan = bench.plan_suite(config, bench.scan_statuses(tmp_path))
+    assert bench.timed_runs(plan, tmp_path, "vi") == []
