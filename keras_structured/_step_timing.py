@@ -15,12 +15,15 @@ import pathlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import keras
 import numpy as np
 
+from keras_structured._validation import check_integer
 from keras_structured.engine import SparseMAPConvergenceWarning
 
-__all__ = ["interleaved_step_seconds", "report_timings", "step_summary"]
+__all__ = ["interleaved_step_seconds", "load_checkpoints", "report_timings", "step_summary"]
 
 
 def interleaved_step_seconds(steps: Sequence[Sequence[Callable[[], object]]]) -> list[list[float]]:
@@ -75,3 +78,39 @@ def report_timings(result: dict, output: str | None = None) -> None:
         pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(output).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
+
+
+def load_checkpoints(
+    logdirs: Sequence, steps: int, vocabulary_class: type, custom_objects: dict | None = None
+) -> tuple[list[pathlib.Path], int, list[tuple[keras.Model, Any, dict]]]:
+    """The checkpointed models of runs (with their optimizers), their vocabularies and settings.
+
+    Args:
+        logdirs: run directories with ``checkpoint/model.keras``, ``vocabulary.json`` and
+            ``config.json``.
+        steps: timed steps per run, checked (``>= 1``).
+        vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
+        custom_objects: the model's layers that Keras must be told about.
+
+    Returns:
+        ``(logdirs as paths, steps, [(model, vocabulary, config dict), ...])``.
+
+    Raises:
+        ValueError: no logdirs, or ``steps < 1``.
+        FileNotFoundError: a logdir without a checkpoint.
+    """
+    steps = check_integer("steps", steps, minimum=1)
+    logdirs = [pathlib.Path(logdir) for logdir in logdirs]
+    if not logdirs:
+        raise ValueError("logdirs must not be empty. Received: logdirs=[]")
+    runs = []
+    for logdir in logdirs:
+        model_path = logdir / "checkpoint" / "model.keras"
+        if not model_path.is_file():
+            raise FileNotFoundError(
+                f"No checkpoint (checkpoint/model.keras) in the logdir. Received: logdir={str(logdir)!r}"
+            )
+        vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+        config = json.loads((logdir / "config.json").read_text())
+        runs.append((keras.models.load_model(model_path, custom_objects=custom_objects), vocabulary, config))
+    return logdirs, steps, runs

@@ -7,33 +7,17 @@ change in memory only; nothing is written to the runs.
 
 from __future__ import annotations
 
-import json
-import pathlib
 from collections.abc import Sequence
 
-import keras
 import numpy as np
 
-from keras_structured._step_timing import interleaved_step_seconds, step_summary
-from keras_structured._validation import check_integer
+from keras_structured._step_timing import interleaved_step_seconds, load_checkpoints, step_summary
 from keras_structured.nli.batching import encode_pairs
 from keras_structured.nli.layers import Alignment, MaskedPooling
 from keras_structured.nli.sick_reader import read_sick
 from keras_structured.nli.vocabulary import Vocabulary
 
 __all__ = ["time_training_steps"]
-
-
-def _load(logdir: pathlib.Path) -> tuple[keras.Model, Vocabulary, dict]:
-    model_path = logdir / "checkpoint" / "model.keras"
-    if not model_path.is_file():
-        raise FileNotFoundError(
-            f"No checkpoint (checkpoint/model.keras) in the logdir. Received: logdir={str(logdir)!r}"
-        )
-    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-    config = json.loads((logdir / "config.json").read_text())
-    custom_objects = {"Alignment": Alignment, "MaskedPooling": MaskedPooling}
-    return keras.models.load_model(model_path, custom_objects=custom_objects), vocabulary, config
 
 
 def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> dict:
@@ -48,11 +32,9 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
         ``{logdir: {"attention", "steps", "median_step_s", "mean_step_s"}}`` (logdirs as
         given, as strings).
     """
-    steps = check_integer("steps", steps, minimum=1)
-    logdirs = [pathlib.Path(logdir) for logdir in logdirs]
-    if not logdirs:
-        raise ValueError("logdirs must not be empty. Received: logdirs=[]")
-    runs = [_load(logdir) for logdir in logdirs]
+    logdirs, steps, runs = load_checkpoints(
+        logdirs, steps, Vocabulary, {"Alignment": Alignment, "MaskedPooling": MaskedPooling}
+    )
     config = runs[0][2]
     pairs = read_sick(config["data"], ("train",))["train"][: config.get("max_train_pairs")]
     order = np.random.default_rng(seed).permutation(len(pairs))

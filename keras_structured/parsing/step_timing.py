@@ -10,32 +10,18 @@ the runs.
 
 from __future__ import annotations
 
-import json
-import pathlib
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
-from keras_structured._step_timing import interleaved_step_seconds, step_summary
-from keras_structured._validation import check_integer
+from keras_structured._step_timing import interleaved_step_seconds, load_checkpoints, step_summary
 from keras_structured.parsing.batching import make_dataset
 from keras_structured.parsing.conllu_reader import read_conllu, treebank_paths
 from keras_structured.parsing.model import ArcScorer
 from keras_structured.parsing.vocabulary import Vocabulary
 
 __all__ = ["time_training_steps"]
-
-
-def _load(logdir: pathlib.Path) -> tuple[keras.Model, Vocabulary, dict]:
-    model_path = logdir / "checkpoint" / "model.keras"
-    if not model_path.is_file():
-        raise FileNotFoundError(
-            f"No checkpoint (checkpoint/model.keras) in the logdir. Received: logdir={str(logdir)!r}"
-        )
-    vocabulary = Vocabulary.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-    config = json.loads((logdir / "config.json").read_text())
-    return keras.models.load_model(model_path, custom_objects={"ArcScorer": ArcScorer}), vocabulary, config
 
 
 def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> dict:
@@ -62,11 +48,7 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
     Example:
         >>> time_training_steps(["runs/vi-sparsemap", "runs/vi-crf"], steps=20)  # doctest: +SKIP
     """
-    steps = check_integer("steps", steps, minimum=1)
-    logdirs = [pathlib.Path(logdir) for logdir in logdirs]
-    if not logdirs:
-        raise ValueError("logdirs must not be empty. Received: logdirs=[]")
-    runs = [_load(logdir) for logdir in logdirs]
+    logdirs, steps, runs = load_checkpoints(logdirs, steps, Vocabulary, {"ArcScorer": ArcScorer})
     config = runs[0][2]
     train = read_conllu(treebank_paths(config["treebank"], ("train",))["train"])
     train = [s for s in train[: config.get("max_train_sentences")] if 0 < s.length <= config["max_length"]]
