@@ -45,8 +45,9 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
         ValueError: no logdirs, or ``steps < 1``.
         FileNotFoundError: a logdir without a checkpoint.
 
-    Example:
-        >>> time_training_steps(["runs/vi-sparsemap", "runs/vi-crf"], steps=20)  # doctest: +SKIP
+    Example (two trained runs; ``python -m keras_structured.parsing time`` does the same)::
+
+        time_training_steps(["runs/vi-sparsemap", "runs/vi-crf"], steps=20)
     """
     logdirs, steps, runs = load_checkpoints(logdirs, steps, Vocabulary, {"ArcScorer": ArcScorer})
     config = runs[0][2]
