@@ -3,7 +3,11 @@
 ``weights.npz`` holds variable groups (networks, optimizer slots) as ``{group}/{index}``
 arrays; ``state.pkl`` the rest (counters, RNG, environment and normaliser states). A
 checkpoint is written to a temporary directory and renamed, so a crash never leaves a
-partial one; the ``keep`` newest are kept.
+partial one; the ``keep`` newest are kept. Checkpoints of a later iteration than the one
+being saved are another run's (or an abandoned continuation's) and are removed first, so that
+the checkpoint just written is always the newest and is never deleted by the retention.
+
+Importing this module does not import TensorFlow (the CLI reads run directories before it).
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ import pickle
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 _PATTERN = re.compile(r"^iter_(\d{6})$")
 
@@ -25,6 +32,11 @@ def checkpoint_dirs(logdir: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and _PATTERN.match(p.name))
+
+
+def checkpoint_iteration(checkpoint: str | Path) -> int:
+    """The iteration of a checkpoint directory ``iter_NNNNNN``."""
+    return int(_PATTERN.match(Path(checkpoint).name).group(1))
 
 
 def save_checkpoint(
@@ -43,7 +55,10 @@ def save_checkpoint(
         pickle.dump(state, f)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for old in checkpoint_dirs(logdir)[:-keep]:
+    found = checkpoint_dirs(logdir)
+    stale = [p for p in found if checkpoint_iteration(p) > iteration]  # another run's
+    older = [p for p in found if checkpoint_iteration(p) <= iteration][:-keep]
+    for old in stale + older:
         shutil.rmtree(old)
     return final
 

@@ -1,17 +1,39 @@
-"""Command line: ``python -m rl {train, evaluate, plot}`` (see ``python -m rl --help``)."""
+"""Command line: ``python -m rl {train, evaluate, plot, fields}`` (see ``python -m rl --help``).
+
+Arguments are parsed and the configuration validated before TensorFlow is imported, so
+``--help``, ``fields`` and configuration errors answer at once.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import math
+import re
 import sys
+import textwrap
 import typing
 from pathlib import Path
 
-from rl.config import ALGORITHMS, TrainConfig, default_config
+from rl.config import ALGORITHMS, ENV_FAMILIES, TrainConfig, default_config, field_docs
+from rl.run_dir import check_new_run, clear_run, last_row, newest_iteration
 
 _FIELD_TYPES = typing.get_type_hints(TrainConfig)
+
+_DESCRIPTION = """\
+Projected policy iteration (Akrour et al. 2019) and a PPO-clip baseline.
+
+  train     train a policy into a run directory (progress.csv, TensorBoard events,
+            config.json, checkpoints/)
+  evaluate  deterministic and stochastic returns of a checkpointed policy
+  plot      learning curves of run directories
+  fields    the configuration fields that --set accepts, with defaults and meanings
+
+Run "python -m rl COMMAND --help" for the options of a command."""
+
+#: the one config field a resumed run may change: its step budget.
+_RESUMABLE_FIELDS = ("total_steps",)
 
 
 def _parse_override(text: str) -> tuple[str, object]:
@@ -35,98 +57,249 @@ def _parse_override(text: str) -> tuple[str, object]:
     raise ValueError(f"Cannot parse {name}={raw!r}")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (not ``None`` ones, whose help says what they mean, nor
+    those of flags) and keeps the line breaks of descriptions and epilogs."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Given(argparse.Action):
+    """``store``, and records the destination in ``namespace.given``: ``--resume`` refuses a
+    setting given explicitly (even at its default) that differs from the run's."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+def _fields_epilog() -> str:
+    names = ", ".join(f.name for f in dataclasses.fields(TrainConfig))
+    text = (
+        f"--set FIELD names: {names}. See python -m rl fields [--env ENV --algo ALGO] for each "
+        "field's default and meaning. Step counts (--steps, total_steps) are rounded up to whole "
+        "batches of num_envs * num_steps environment steps."
+    )
+    return textwrap.fill(text, 100)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m rl``."""
-    parser = argparse.ArgumentParser(prog="python -m rl", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="python -m rl", description=_DESCRIPTION, formatter_class=_HelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,plot,fields}")
 
-    train = commands.add_parser("train", help="train a policy (projected policy iteration or PPO)")
+    train = commands.add_parser(
+        "train",
+        help="train a policy (projected policy iteration or PPO)",
+        description="Train a policy into --logdir. A logdir that already holds a run is refused\n"
+        "unless --resume or --overwrite is given.",
+        epilog=_fields_epilog(),
+        formatter_class=_HelpFormatter,
+    )
+    train.set_defaults(given=set())
     train.add_argument(
         "--env",
         default="CartPole-v1",
-        help="gymnasium id (CartPole-v1, Acrobot-v1, "
-        "Pendulum-v1, InvertedPendulum-v5, Hopper-v5, HalfCheetah-v5)",
+        action=_Given,
+        help=f"gymnasium id, one of {', '.join(ENV_FAMILIES)}",
     )
-    train.add_argument("--algo", default="projected", help=f"one of {ALGORITHMS}")
-    train.add_argument("--steps", type=int, default=None, help="environment steps (default: 100000)")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--num-envs", type=int, default=None, help="parallel envs (default: per env family)")
-    train.add_argument("--logdir", default=None, help="run directory (default: runs/rl/ENV__ALGO__sSEED)")
+    train.add_argument("--algo", default="projected", choices=ALGORITHMS, action=_Given, help="algorithm")
     train.add_argument(
+        "--steps",
+        type=int,
+        default=TrainConfig.total_steps,
+        action=_Given,
+        help="environment steps, rounded up to whole batches of num_envs * num_steps; with "
+        "--resume, the new step budget of the run",
+    )
+    train.add_argument("--seed", type=int, default=0, action=_Given, help="seed of networks, numpy and envs")
+    train.add_argument(
+        "--num-envs", type=int, default=None, action=_Given, help="parallel envs (default: per env family)"
+    )
+    train.add_argument("--logdir", default=None, help="run directory (default: runs/rl/ENV__ALGO__sSEED)")
+    existing = train.add_mutually_exclusive_group()
+    existing.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --logdir from its newest checkpoint "
-        "(its config.json is used; --steps may extend it)",
+        help="continue the run in --logdir from its newest checkpoint with its config.json; only "
+        "--steps may change (settings that differ from the run's are refused)",
     )
-    train.add_argument("--kl-bound", type=float, default=None, help="KL trust region eps")
-    train.add_argument("--entropy-bound", type=float, default=None, help="initial entropy lower bound (nats)")
+    existing.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run in --logdir (config.json, progress.csv, checkpoints, TensorBoard "
+        "events; other files are kept) and train afresh",
+    )
+    train.add_argument(
+        "--kl-bound",
+        type=float,
+        default=None,
+        action=_Given,
+        help="KL trust region eps (default: per env family)",
+    )
+    train.add_argument(
+        "--entropy-bound",
+        type=float,
+        default=None,
+        action=_Given,
+        help="initial entropy lower bound in nats (default: none until the entropy halves)",
+    )
     train.add_argument("--per-state", action="store_true", help="per-state instead of averaged constraints")
     train.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override any TrainConfig field, e.g. --set update_epochs=5 (repeatable)",
+        help="override any TrainConfig field (names below), e.g. --set update_epochs=5 (repeatable)",
     )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    evaluate = commands.add_parser("evaluate", help="returns of a checkpointed policy")
-    evaluate.add_argument("--checkpoint", required=True, help="a run directory or one of its checkpoints")
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="returns of a checkpointed policy",
+        description="Deterministic and stochastic returns of a checkpointed policy.",
+        formatter_class=_HelpFormatter,
+    )
+    evaluate.add_argument(
+        "--checkpoint", required=True, help="a run directory (its newest checkpoint) or a checkpoint"
+    )
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes per mode")
     evaluate.add_argument("--seed", type=int, default=10_000, help="seed of the first evaluation episode")
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
-    plot = commands.add_parser("plot", help="learning curves of run directories, grouped by run name")
+    plot = commands.add_parser(
+        "plot",
+        help="learning curves of run directories, grouped by run name",
+        description="Learning curves of run directories; seeds of a run (names ending in _sN) are grouped.",
+        formatter_class=_HelpFormatter,
+    )
     plot.add_argument("runs", nargs="+", help="run directories (seeds of a run: names ending in _sN)")
     plot.add_argument("--output", default="learning_curves.png", help="PNG path")
     plot.add_argument("--key", default="charts/episodic_return", help="progress.csv column")
+
+    fields = commands.add_parser(
+        "fields",
+        help="configuration fields (--set FIELD=VALUE) with defaults and meanings",
+        description="Each TrainConfig field with its default for --env and --algo, and its meaning.",
+        formatter_class=_HelpFormatter,
+    )
+    fields.add_argument("--env", default="CartPole-v1", help="show the defaults of this env's family")
+    fields.add_argument("--algo", default="projected", choices=ALGORITHMS, help="algorithm")
     return parser
+
+
+def _requested(args: argparse.Namespace, explicit_only: bool) -> dict[str, object]:
+    """Config values asked for on the command line (``explicit_only``: only those given)."""
+    values = dict(_parse_override(text) for text in args.set)
+    options = {
+        "env_id": ("env", args.env),
+        "algo": ("algo", args.algo),
+        "seed": ("seed", args.seed),
+        "total_steps": ("steps", args.steps),
+        "num_envs": ("num_envs", args.num_envs),
+        "kl_bound": ("kl_bound", args.kl_bound),
+        "entropy_bound": ("entropy_bound", args.entropy_bound),
+    }
+    for name, (dest, value) in options.items():
+        defaulted = not explicit_only and value is not None and name not in values
+        if dest in args.given or defaulted:  # an option given overrides --set, a default does not
+            values[name] = value
+    if args.per_state:
+        values["per_state"] = True
+    if args.logdir is not None:
+        values["logdir"] = args.logdir
+    return values
 
 
 def _train_config(args: argparse.Namespace) -> TrainConfig:
     if args.resume:
-        if args.logdir is None:
-            raise ValueError("--resume needs --logdir (the run to continue). Received: --logdir None")
-        config = TrainConfig.load(Path(args.logdir) / "config.json")
-        config.logdir = args.logdir  # the run may have been moved since
-        if args.steps is not None:
-            config.total_steps = args.steps
-        config.validate()
-        return config
-    overrides = dict(_parse_override(text) for text in args.set)
-    overrides["seed"] = args.seed
-    for name, value in (
-        ("total_steps", args.steps),
-        ("num_envs", args.num_envs),
-        ("logdir", args.logdir),
-        ("kl_bound", args.kl_bound),
-        ("entropy_bound", args.entropy_bound),
-    ):
-        if value is not None:
-            overrides[name] = value
-    if args.per_state:
-        overrides["per_state"] = True
-    return default_config(args.env, args.algo, **overrides)
+        return _resume_config(args)
+    values = _requested(args, explicit_only=False)
+    return default_config(values.pop("env_id"), values.pop("algo"), **values)
+
+
+def _resume_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's config with the new step budget; refuses any other setting that differs."""
+    if args.logdir is None:
+        raise ValueError("--resume needs --logdir (the run to continue). Received: --logdir None")
+    config = TrainConfig.load(Path(args.logdir) / "config.json")
+    requested = _requested(args, explicit_only=True)
+    requested.pop("logdir")  # the run may have been moved since
+    changed = [
+        f"{name}={value!r} (the run has {getattr(config, name)!r})"
+        for name, value in requested.items()
+        if name not in _RESUMABLE_FIELDS and value != getattr(config, name)
+    ]
+    if changed:
+        raise ValueError(
+            f"--resume continues the run in {args.logdir!r} with its config.json; only the step "
+            f"budget (--steps) may change. Refused: {', '.join(changed)}. Start a new run "
+            "(another --logdir, or --overwrite) to change them."
+        )
+    config.logdir = args.logdir
+    for name in _RESUMABLE_FIELDS:
+        if name in requested:
+            setattr(config, name, requested[name])
+    config.validate()
+    return config
+
+
+def _json_line(values: dict[str, object]) -> str:
+    """``values`` as one JSON line; NaN and infinities become ``null`` (valid JSON)."""
+    clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
+    return json.dumps(clean, allow_nan=False)
+
+
+def _summary(logdir: str, step: int | None, episodic_return: float | None) -> str:
+    return _json_line({"logdir": logdir, "global_step": step, "episodic_return": episodic_return})
 
 
 def _train(args: argparse.Namespace) -> None:
     config = _train_config(args)  # validated before TensorFlow is even imported
+    if args.resume:
+        iteration = newest_iteration(config.logdir)
+        if iteration is None:
+            raise FileNotFoundError(
+                f"No checkpoint to resume in {config.logdir!r} (expected checkpoints/iter_NNNNNN); "
+                "train it afresh with --overwrite"
+            )
+        if iteration >= config.num_iterations:
+            row = last_row(config.logdir, iteration) or {}
+            step = int(row["global_step"]) if row else iteration * config.batch_size
+            episodic_return = (
+                float(row["charts/episodic_return"]) if row.get("charts/episodic_return") else None
+            )
+            print(f"{config.logdir}: already complete at step {step} (total_steps {config.total_steps})")
+            print(_summary(config.logdir, step, episodic_return))
+            return
+    else:
+        check_new_run(config.logdir, args.overwrite)  # refuses before TensorFlow is imported
     from rl.algorithms import make_trainer
     from rl.checkpoint import resolve_checkpoint
 
-    trainer = make_trainer(config, verbose=not args.quiet)
+    trainer = make_trainer(config, verbose=not args.quiet)  # may still refuse the config
     if args.resume:
         trainer.restore(resolve_checkpoint(config.logdir))
+    elif args.overwrite:
+        clear_run(config.logdir)
     row = trainer.train()
-    print(
-        json.dumps(
-            {
-                "logdir": config.logdir,
-                "global_step": row.get("global_step"),
-                "episodic_return": row.get("charts/episodic_return"),
-            }
+    print(_summary(config.logdir, row.get("global_step"), row.get("charts/episodic_return")))
+
+
+def _fields(args: argparse.Namespace) -> None:
+    config = default_config(args.env, args.algo)
+    docs = {name: re.sub(r"(:\w+:)?`+([^`]*)`+", r"\2", doc) for name, doc in field_docs().items()}
+    print(f"TrainConfig fields (--set FIELD=VALUE); defaults for --env {args.env} --algo {args.algo}:")
+    for field in dataclasses.fields(TrainConfig):
+        print(f"\n  {field.name} = {getattr(config, field.name)!r}")
+        print(
+            textwrap.fill(docs.get(field.name, ""), 96, initial_indent="      ", subsequent_indent="      ")
         )
-    )
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -155,10 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command; configuration errors exit with status 2 and a one-line message."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = {"train": _train, "evaluate": _evaluate, "plot": _plot}[args.command]
+    command = {"train": _train, "evaluate": _evaluate, "plot": _plot, "fields": _fields}[args.command]
     try:
         command(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         parser.exit(2, f"python -m rl {args.command}: error: {error}\n")
     return 0
 

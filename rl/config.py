@@ -40,7 +40,8 @@ class TrainConfig:
     algo: str = "projected"
     """``"projected"`` (projected policy iteration, Akrour et al. 2019) or ``"ppo"`` (PPO-clip)."""
     total_steps: int = 100_000
-    """Environment steps to train for (rounded up to whole iterations)."""
+    """Environment steps to train for, rounded up to whole batches of ``num_envs * num_steps``
+    (the step budget: the one field a resumed run may change)."""
     seed: int = 0
     """Seed of the network initialisation, the numpy generator and the environments."""
     num_envs: int = 4
@@ -211,6 +212,23 @@ class TrainConfig:
         return cls(**values)
 
 
+def field_docs() -> dict[str, str]:
+    """Each :class:`TrainConfig` field's docstring (the string under it), on one line.
+
+    Read from the source with :mod:`ast`, since Python keeps no attribute docstrings.
+    """
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(TrainConfig)).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr):
+            if isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
 def env_family(env_id: str) -> str:
     """The family of ``env_id`` (``classic_discrete``, ``classic_continuous`` or ``mujoco``)."""
     if env_id not in ENV_FAMILIES:
@@ -277,4 +295,4 @@ def default_config(env_id: str, algo: str = "projected", **overrides) -> TrainCo
     return config
 
 
-__all__ = ["ALGORITHMS", "ENV_FAMILIES", "TrainConfig", "default_config", "env_family"]
+__all__ = ["ALGORITHMS", "ENV_FAMILIES", "TrainConfig", "default_config", "env_family", "field_docs"]

@@ -65,8 +65,11 @@ def test_plot_and_resume(runs, tmp_path):
     assert output.stat().st_size > 1000
     logdir = runs["CartPole-v1"]
     before = len(_rows(logdir))
-    _run("train", "--resume", "--logdir", str(logdir), "--steps", "3000", "--quiet")
+    result = _run("train", "--resume", "--logdir", str(logdir), "--steps", "3000", "--quiet")
     assert len(_rows(logdir)) > before
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["global_step"] == 3072  # rounded up to whole batches of 512
+    assert json.loads((logdir / "config.json").read_text())["total_steps"] == 3000  # the budget is recorded
 
 
 def test_errors_exit_before_training(tmp_path):
