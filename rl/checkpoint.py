@@ -125,6 +125,22 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def write_checkpoint_files(
+    directory: Path, arrays: dict[str, np.ndarray], state: dict, resume_state: object
+) -> None:
+    """Writes ``weights.npz``, ``resume_state.pkl`` and, last, ``state.json`` with their SHA-256
+    into ``directory`` (see :func:`save_checkpoint` for the arguments)."""
+    np.savez(directory / WEIGHTS_FILE, **arrays)
+    with (directory / RESUME_FILE).open("wb") as f:
+        pickle.dump(resume_state, f)
+    metadata = {
+        "format_version": FORMAT_VERSION,
+        "sha256": {name: _sha256(directory / name) for name in (WEIGHTS_FILE, RESUME_FILE)},
+        "state": state,
+    }
+    (directory / STATE_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+
+
 def save_checkpoint(
     logdir: str | Path,
     iteration: int,
@@ -152,15 +168,7 @@ def save_checkpoint(
     tmp = root / f".tmp_iter_{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    np.savez(tmp / WEIGHTS_FILE, **arrays)
-    with (tmp / RESUME_FILE).open("wb") as f:
-        pickle.dump(resume_state, f)
-    metadata = {
-        "format_version": FORMAT_VERSION,
-        "sha256": {name: _sha256(tmp / name) for name in (WEIGHTS_FILE, RESUME_FILE)},
-        "state": state,
-    }
-    (tmp / STATE_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    write_checkpoint_files(tmp, arrays, state, resume_state)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     found = checkpoint_dirs(logdir)

@@ -28,6 +28,8 @@ Projected policy iteration (Akrour et al. 2019) and a PPO-clip baseline.
             config.json, checkpoints/)
   evaluate  deterministic and stochastic returns of a checkpointed policy
   export    a checkpointed policy as a .keras model (raw observations -> logits or mean)
+  upgrade-checkpoint
+            convert a run's old-format checkpoints (one state.pkl) to the current layout
   plot      learning curves of run directories
   fields    the configuration fields that --set accepts, with defaults and meanings
 
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m rl", description=_DESCRIPTION, formatter_class=_HelpFormatter
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{train,evaluate,export,plot,fields}"
+        dest="command", required=True, metavar="{train,evaluate,export,upgrade-checkpoint,plot,fields}"
     )
 
     train = commands.add_parser(
@@ -192,6 +194,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint", required=True, help="a run directory (its newest checkpoint) or a checkpoint"
     )
     export.add_argument("--output", required=True, help="model file, ending in .keras")
+
+    upgrade = commands.add_parser(
+        "upgrade-checkpoint",
+        help="convert old-format checkpoints (one state.pkl) of a run you created",
+        description="Convert the old-format checkpoints (weights.npz and one state.pkl) of a run to the\n"
+        "current layout (weights.npz, state.json, resume_state.pkl), so that evaluate, export and\n"
+        "--resume read them. This unpickles state.pkl, which can run any code: use it only on run\n"
+        "directories you created.",
+        formatter_class=_HelpFormatter,
+    )
+    upgrade.add_argument("run", help="a run directory (all its checkpoints) or one checkpoint")
 
     plot = commands.add_parser(
         "plot",
@@ -345,6 +358,13 @@ def _export(args: argparse.Namespace) -> None:
     print(export_policy(args.checkpoint, args.output))
 
 
+def _upgrade(args: argparse.Namespace) -> None:
+    from rl.upgrade import upgrade_run
+
+    upgraded = upgrade_run(args.run)
+    print(f"upgraded {len(upgraded)} checkpoint(s) in {args.run}" + "".join(f"\n  {p}" for p in upgraded))
+
+
 def _plot(args: argparse.Namespace) -> None:
     from rl.plotting import plot
 
@@ -355,7 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command; configuration errors exit with status 2 and a one-line message."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"train": _train, "evaluate": _evaluate, "export": _export, "plot": _plot, "fields": _fields}
+    commands = {
+        "train": _train,
+        "evaluate": _evaluate,
+        "export": _export,
+        "upgrade-checkpoint": _upgrade,
+        "plot": _plot,
+        "fields": _fields,
+    }
     command = commands[args.command]
     try:
         command(args)

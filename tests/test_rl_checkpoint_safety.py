@@ -27,6 +27,8 @@ from rl.checkpoint import (
     checkpoint_dirs,
     read_arrays,
     read_resume_state,
+    read_state,
+    unflatten_arrays,
 )
 from rl.cli import main
 from rl.config import TrainConfig, default_config
@@ -170,6 +172,51 @@ def test_other_format_version_and_corrupted_weights_are_refused(copy_of_cartpole
     weights.write_bytes(weights.read_bytes()[:-10])
     with pytest.raises(CheckpointError, match=f"{weights}.*does not match the SHA-256"):
         load_policy(old)
+
+
+def _downgrade(checkpoint):
+    """Rewrites a checkpoint in the old format: variable groups in weights.npz, all else in state.pkl."""
+    arrays = read_arrays(checkpoint)
+    old_state = {**read_state(checkpoint), **read_resume_state(checkpoint)}
+    for name in ("obs_rms", "reward_scaler"):
+        old_state[name] = unflatten_arrays(arrays, name)
+    variables = {
+        key: value for key, value in arrays.items() if not key.startswith(("obs_rms/", "reward_scaler/"))
+    }
+    np.savez(checkpoint / WEIGHTS_FILE, **variables)
+    (checkpoint / LEGACY_FILE).write_bytes(pickle.dumps(old_state))
+    for name in (STATE_FILE, RESUME_FILE):
+        (checkpoint / name).unlink()
+
+
+def _assert_same(ours, theirs):
+    """Nested dicts, lists, arrays and plain values are equal."""
+    if isinstance(ours, dict):
+        assert sorted(ours) == sorted(theirs)
+        for key in ours:
+            _assert_same(ours[key], theirs[key])
+    elif isinstance(ours, list | tuple):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            _assert_same(a, b)
+    elif isinstance(ours, np.ndarray):
+        np.testing.assert_array_equal(ours, theirs)
+    else:
+        assert ours == theirs
+
+
+def test_upgrade_checkpoint_restores_the_same_contents(runs, copy_of_cartpole, capsys):
+    checkpoints = checkpoint_dirs(copy_of_cartpole)
+    for checkpoint in checkpoints:
+        _downgrade(checkpoint)
+    assert main(["upgrade-checkpoint", str(copy_of_cartpole)]) == 0
+    assert "upgraded 2 checkpoint(s)" in capsys.readouterr().out
+    for checkpoint, original in zip(checkpoints, checkpoint_dirs(runs["CartPole-v1"]), strict=True):
+        assert not (checkpoint / LEGACY_FILE).exists()
+        for read in (read_arrays, read_state, read_resume_state):
+            _assert_same(read(checkpoint), read(original))
+    assert main(["upgrade-checkpoint", str(copy_of_cartpole)]) == 0  # nothing left to convert
+    assert "upgraded 0 checkpoint(s)" in capsys.readouterr().out
 
 
 def _observations(env_id, count=64):
