@@ -258,3 +258,13 @@ def test_export_needs_a_keras_file_name(runs, tmp_path, capsys):
         main(["export", "--checkpoint", str(runs["CartPole-v1"]), "--output", str(tmp_path / "p.h5")])
     assert stop.value.code == 2
     assert "must end in .keras" in capsys.readouterr().err
+
+
+def test_help_says_where_pickle_is_read(capsys):
+    for command in ("train", "evaluate", "export", "upgrade-checkpoint"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "use it only on run directories you created" in text  # --resume
+    assert "never a pickle" in text and "Never unpickles" in text  # evaluate, export
+    assert "raw observations" in text and "argmax" in text  # what the exported model maps
