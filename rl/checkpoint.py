@@ -220,6 +220,10 @@ def _metadata(checkpoint: Path) -> dict:
             f"{str(path)!r} is not a checkpoint of format version {FORMAT_VERSION}, the one this "
             f"version of rl reads. Received: format_version={version!r}"
         )
+    if not isinstance(metadata.get("sha256"), dict) or not isinstance(metadata.get("state"), dict):
+        raise CheckpointError(
+            f"{str(path)!r} lacks its 'sha256' or 'state' entry; the checkpoint is corrupted"
+        )
     return metadata
 
 
