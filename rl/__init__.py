@@ -3,9 +3,11 @@
 Modules: :mod:`rl.config` (dataclass config, per-family defaults), :mod:`rl.envs` (env list
 with checkpointable state), :mod:`rl.policies` (Keras networks, ``tfp`` distributions),
 :mod:`rl.gae`, :mod:`rl.normalization`, :mod:`rl.algorithms` (trainers), :mod:`rl.logger`,
-:mod:`rl.checkpoint`, :mod:`rl.evaluation`, :mod:`rl.plotting`, :mod:`rl.cli`. The entropy
-and KL projections of policy parameters are those of :mod:`keras_structured.projections`
-(``project_categorical``, ``project_gaussian``); ``rl`` has none of its own.
+:mod:`rl.checkpoint` (arrays, JSON and a hashed resume-only pickle), :mod:`rl.evaluation`,
+:mod:`rl.export` (``.keras`` policies), :mod:`rl.upgrade` (old checkpoints), :mod:`rl.plotting`,
+:mod:`rl.cli`. The entropy and KL projections of policy parameters are those of
+:mod:`keras_structured.projections` (``project_categorical``, ``project_gaussian``); ``rl`` has
+none of its own.
 
 Importing ``rl`` does not import gymnasium or TensorFlow; the submodules do.
 """

@@ -1,4 +1,4 @@
-"""Command line: ``python -m rl {train, evaluate, plot, fields}`` (see ``python -m rl --help``).
+"""Command line: ``python -m rl {train, evaluate, export, plot, fields}`` (see ``python -m rl --help``).
 
 Arguments are parsed and the configuration validated before TensorFlow is imported, so
 ``--help``, ``fields`` and configuration errors answer at once.
@@ -27,6 +27,9 @@ Projected policy iteration (Akrour et al. 2019) and a PPO-clip baseline.
   train     train a policy into a run directory (progress.csv, TensorBoard events,
             config.json, checkpoints/)
   evaluate  deterministic and stochastic returns of a checkpointed policy
+  export    a checkpointed policy as a .keras model (raw observations -> logits or mean)
+  upgrade-checkpoint
+            convert a run's old-format checkpoints (one state.pkl) to the current layout
   plot      learning curves of run directories
   fields    the configuration fields that --set accepts, with defaults and meanings
 
@@ -91,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rl", description=_DESCRIPTION, formatter_class=_HelpFormatter
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,evaluate,plot,fields}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{train,evaluate,export,upgrade-checkpoint,plot,fields}"
+    )
 
     train = commands.add_parser(
         "train",
@@ -127,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="continue the run in --logdir from its newest checkpoint with its config.json; only "
-        "--steps may change (settings that differ from the run's are refused)",
+        "--steps may change (settings that differ from the run's are refused). This unpickles the "
+        "checkpoint's resume_state.pkl (after checking its SHA-256), which can run any code: use it "
+        "only on run directories you created",
     )
     existing.add_argument(
         "--overwrite",
@@ -162,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "evaluate",
         help="returns of a checkpointed policy",
-        description="Deterministic and stochastic returns of a checkpointed policy.",
+        description="Deterministic and stochastic returns of a checkpointed policy. Reads only\n"
+        "weights.npz and JSON (never a pickle), so it is safe on run directories from others.",
         formatter_class=_HelpFormatter,
     )
     evaluate.add_argument(
@@ -171,6 +179,32 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=10, help="episodes per mode")
     evaluate.add_argument("--seed", type=int, default=10_000, help="seed of the first evaluation episode")
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
+
+    export = commands.add_parser(
+        "export",
+        help="a checkpointed policy as a .keras model",
+        description="Write a checkpointed policy as a .keras model of built-in Keras layers, loadable\n"
+        "with keras.models.load_model(PATH, safe_mode=True) without rl. Input: raw observations\n"
+        "(the run's observation normalisation is the first layer). Output: the logits (discrete\n"
+        "actions: the action is their argmax) or the Gaussian mean (continuous actions: the action\n"
+        "is the mean clipped to the action bounds). Never unpickles.",
+        formatter_class=_HelpFormatter,
+    )
+    export.add_argument(
+        "--checkpoint", required=True, help="a run directory (its newest checkpoint) or a checkpoint"
+    )
+    export.add_argument("--output", required=True, help="model file, ending in .keras")
+
+    upgrade = commands.add_parser(
+        "upgrade-checkpoint",
+        help="convert old-format checkpoints (one state.pkl) of a run you created",
+        description="Convert the old-format checkpoints (weights.npz and one state.pkl) of a run to the\n"
+        "current layout (weights.npz, state.json, resume_state.pkl), so that evaluate, export and\n"
+        "--resume read them. This unpickles state.pkl, which can run any code: use it only on run\n"
+        "directories you created.",
+        formatter_class=_HelpFormatter,
+    )
+    upgrade.add_argument("run", help="a run directory (all its checkpoints) or one checkpoint")
 
     plot = commands.add_parser(
         "plot",
@@ -318,6 +352,19 @@ def _evaluate(args: argparse.Namespace) -> None:
         )
 
 
+def _export(args: argparse.Namespace) -> None:
+    from rl.export import export_policy
+
+    print(export_policy(args.checkpoint, args.output))
+
+
+def _upgrade(args: argparse.Namespace) -> None:
+    from rl.upgrade import upgrade_run
+
+    upgraded = upgrade_run(args.run)
+    print(f"upgraded {len(upgraded)} checkpoint(s) in {args.run}" + "".join(f"\n  {p}" for p in upgraded))
+
+
 def _plot(args: argparse.Namespace) -> None:
     from rl.plotting import plot
 
@@ -328,7 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command; configuration errors exit with status 2 and a one-line message."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    command = {"train": _train, "evaluate": _evaluate, "plot": _plot, "fields": _fields}[args.command]
+    commands = {
+        "train": _train,
+        "evaluate": _evaluate,
+        "export": _export,
+        "upgrade-checkpoint": _upgrade,
+        "plot": _plot,
+        "fields": _fields,
+    }
+    command = commands[args.command]
     try:
         command(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:

@@ -1,4 +1,8 @@
-"""Evaluation of a checkpointed policy: deterministic (mode) and stochastic returns."""
+"""Evaluation of a checkpointed policy: deterministic (mode) and stochastic returns.
+
+:func:`load_policy` reads ``weights.npz`` (``allow_pickle=False``) and JSON only: evaluating a
+run directory someone shared never unpickles anything from it (see :mod:`rl.checkpoint`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from rl.checkpoint import load_checkpoint, resolve_checkpoint
+from rl.checkpoint import assign_variables, read_arrays, resolve_checkpoint, unflatten_arrays
 from rl.config import TrainConfig
 from rl.envs import make_env
 from rl.normalization import RunningMeanStd
@@ -18,7 +22,18 @@ def load_policy(checkpoint: str | Path) -> tuple[TrainConfig, Policy, RunningMea
     """The config, policy and observation statistics of a checkpoint (or of a run's newest).
 
     The config is read from ``config.json`` in the run directory (two levels above the
-    checkpoint directory).
+    checkpoint directory), the weights and statistics from ``weights.npz``; nothing is unpickled.
+
+    Args:
+        checkpoint: a checkpoint directory or a run directory (its newest checkpoint).
+
+    Returns:
+        ``(config, policy, obs_rms)``, ``obs_rms`` ``None`` without observation normalisation.
+
+    Raises:
+        FileNotFoundError: no checkpoint in ``checkpoint``.
+        CheckpointError: an old-format checkpoint, another format version, or a ``weights.npz``
+            that does not match its recorded SHA-256.
     """
     path = resolve_checkpoint(checkpoint)
     config = TrainConfig.load(path.parent.parent / "config.json")
@@ -33,11 +48,13 @@ def load_policy(checkpoint: str | Path) -> tuple[TrainConfig, Policy, RunningMea
         config.init_std,
     )
     env.close()
-    state = load_checkpoint(path, {"policy": policy.variables})
+    arrays = read_arrays(path)
+    assign_variables(arrays, {"policy": policy.variables})
+    statistics = unflatten_arrays(arrays, "obs_rms")
     obs_rms = None
-    if state["obs_rms"] is not None:
-        obs_rms = RunningMeanStd(np.shape(state["obs_rms"]["mean"]))
-        obs_rms.set_state(state["obs_rms"])
+    if statistics is not None:
+        obs_rms = RunningMeanStd(statistics["mean"].shape)
+        obs_rms.set_state(statistics)
     return config, policy, obs_rms
 
 
@@ -58,8 +75,8 @@ def run_episodes(
         obs, _ = env.reset(seed=seed + episode)
         done = False
         while not done:
-            normalized = obs if obs_rms is None else (obs - obs_rms.mean) / obs_rms.std
-            action = policy.act_numpy(weights, normalized[None].astype(np.float32), rng, deterministic)[0]
+            normalized = obs[None].astype(np.float32) if obs_rms is None else obs_rms.normalize(obs[None])
+            action = policy.act_numpy(weights, normalized, rng, deterministic)[0]
             if isinstance(env.action_space, gym.spaces.Box):
                 action = np.clip(action, env.action_space.low, env.action_space.high)
             obs, reward, terminated, truncated, _ = env.step(action)

@@ -29,6 +29,10 @@ class RunningMeanStd:
         """``sqrt(var + 1e-8)``."""
         return np.sqrt(self.var + 1e-8)
 
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """``(x - mean) / std`` in float32, the networks' input."""
+        return ((x - self.mean) / self.std).astype(np.float32)
+
     def update(self, batch: np.ndarray) -> None:
         """Merges the statistics of ``batch`` (samples along axis 0)."""
         batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]

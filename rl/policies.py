@@ -132,6 +132,8 @@ class Policy(abc.ABC):
 
     network: keras.Sequential
     activation: str
+    #: what the first :attr:`mode_outputs` network outputs are: ``"logits"`` or ``"mean"``.
+    mode_name: str
 
     @property
     def variables(self) -> list[tf.Variable]:
@@ -147,6 +149,12 @@ class Policy(abc.ABC):
     def max_entropy(self) -> float:
         """Supremum of the entropy (``inf`` for Gaussians)."""
         return math.inf
+
+    @property
+    @abc.abstractmethod
+    def mode_outputs(self) -> int:
+        """How many leading network outputs determine the deterministic action: the logits
+        (whose argmax it is) or the Gaussian mean (which it is)."""
 
     @abc.abstractmethod
     def params(self, obs: tf.Tensor) -> Params:
@@ -218,6 +226,8 @@ class Policy(abc.ABC):
 class CategoricalPolicy(Policy):
     """``pi(.|s) = softmax(MLP(s))`` over ``num_actions`` actions."""
 
+    mode_name = "logits"
+
     def __init__(
         self, obs_dim: int, num_actions: int, hidden_sizes: tuple[int, ...], activation: str, seed: int
     ):
@@ -229,6 +239,10 @@ class CategoricalPolicy(Policy):
     def max_entropy(self) -> float:
         """``log(num_actions)``."""
         return math.log(self.num_actions)
+
+    @property
+    def mode_outputs(self):
+        return self.num_actions
 
     def params(self, obs):
         return (tf.nn.softmax(self.network(obs), axis=-1),)
@@ -272,6 +286,8 @@ class GaussianPolicy(Policy):
             :data:`LOG_STD_RANGE`, offset so that it starts near ``log init_std``).
     """
 
+    mode_name = "mean"
+
     def __init__(
         self,
         obs_dim: int,
@@ -300,6 +316,10 @@ class GaussianPolicy(Policy):
     @property
     def distill_variables(self):
         return self.network.trainable_variables
+
+    @property
+    def mode_outputs(self):
+        return self.action_dim
 
     def params(self, obs):
         out = self.network(obs)

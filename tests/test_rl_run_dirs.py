@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from rl.checkpoint import checkpoint_dirs, resolve_checkpoint, save_checkpoint
 from rl.cli import _json_line, _train_config, build_parser, main
@@ -70,11 +69,11 @@ def test_shorter_run_into_a_finished_run_is_refused_then_overwrites_it(copy_of_f
 
 
 def test_retention_never_deletes_the_new_runs_newest_checkpoint(tmp_path):
-    variables = {"policy": [tf.Variable(np.zeros(3, np.float32))]}
+    arrays = {"policy/0": np.zeros(3, np.float32)}
     for old in (30, 40):  # an earlier, longer run's checkpoints sort after the new run's
-        save_checkpoint(tmp_path, old, variables, {"iteration": old})
+        save_checkpoint(tmp_path, old, arrays, {"iteration": old}, None)
     for iteration in (1, 2, 3):
-        newest = save_checkpoint(tmp_path, iteration, variables, {"iteration": iteration})
+        newest = save_checkpoint(tmp_path, iteration, arrays, {"iteration": iteration}, None)
         assert checkpoint_dirs(tmp_path)[-1] == newest
     assert [p.name for p in checkpoint_dirs(tmp_path)] == ["iter_000002", "iter_000003"]
     assert resolve_checkpoint(tmp_path) == newest

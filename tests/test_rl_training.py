@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from rl.algorithms import make_trainer
-from rl.checkpoint import checkpoint_dirs, load_checkpoint
+from rl.checkpoint import checkpoint_dirs
 from rl.config import default_config
 from rl.envs import check_action_space
 from rl.logger import read_progress
@@ -151,8 +151,8 @@ def test_nan_stops_with_message_and_keeps_checkpoint(tmp_path):
     kept = checkpoint_dirs(trainer.config.logdir)
     assert [p.name for p in kept] == ["iter_000001", "iter_000002"]
     fresh = make_trainer(_config(tmp_path, "nan", total_steps=512))
-    state = load_checkpoint(kept[-1], fresh._variables())
-    assert state["iteration"] == 2
+    fresh.restore(kept[-1])
+    assert fresh.iteration == 2
     assert all(np.all(np.isfinite(v.numpy())) for v in fresh.value.variables)
 
 

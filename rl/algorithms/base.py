@@ -22,7 +22,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from rl.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from rl.checkpoint import (
+    assign_variables,
+    checkpoint_dirs,
+    flatten_arrays,
+    read_arrays,
+    read_resume_state,
+    read_state,
+    save_checkpoint,
+    unflatten_arrays,
+    variable_arrays,
+)
 from rl.config import TrainConfig
 from rl.envs import EnvList, make_env
 from rl.gae import gae
@@ -172,9 +182,7 @@ class Trainer(abc.ABC):
 
     # ------------------------------------------------------------------------------- rollout
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
-        if self.obs_rms is None:
-            return obs.astype(np.float32)
-        return ((obs - self.obs_rms.mean) / self.obs_rms.std).astype(np.float32)
+        return obs.astype(np.float32) if self.obs_rms is None else self.obs_rms.normalize(obs)
 
     def _collect(self) -> Rollout:
         """Steps the envs ``num_steps`` times with the executed policy (numpy forward pass)."""
@@ -397,30 +405,47 @@ class Trainer(abc.ABC):
             "value_optimizer": self.value_optimizer.variables,
         }
 
+    def _statistics(self) -> dict[str, RunningMeanStd | ReturnScaler]:
+        """The running statistics in use, by name (saved in ``weights.npz`` as arrays)."""
+        found = {"obs_rms": self.obs_rms, "reward_scaler": self.reward_scaler}
+        return {name: statistics for name, statistics in found.items() if statistics is not None}
+
     def _state(self) -> dict:
-        """Everything else a resumed run needs to continue identically."""
+        """The plain values a resumed run needs besides arrays and environments (``state.json``)."""
         return {
             "iteration": self.iteration,
             "global_step": self.global_step,
             "rng": self.rng.bit_generator.state,
-            "envs": self.envs.get_state(),
-            "obs_rms": None if self.obs_rms is None else self.obs_rms.get_state(),
-            "reward_scaler": None if self.reward_scaler is None else self.reward_scaler.get_state(),
         }
 
     def _set_state(self, state: dict) -> None:
+        """Restores :meth:`_state`."""
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         self.rng.bit_generator.state = state["rng"]
-        self.envs.set_state(state["envs"])
-        if self.obs_rms is not None:
-            self.obs_rms.set_state(state["obs_rms"])
-        if self.reward_scaler is not None:
-            self.reward_scaler.set_state(state["reward_scaler"])
 
     def save(self) -> Path:
-        """Writes a checkpoint of the current iteration to ``{logdir}/checkpoints``."""
-        return save_checkpoint(self.config.logdir, self.iteration, self._variables(), self._state())
+        """Writes a checkpoint of the current iteration to ``{logdir}/checkpoints``: arrays, plain
+        values, and the environments' internals as the pickled resume state."""
+        arrays = variable_arrays(self._variables())
+        for name, statistics in self._statistics().items():
+            arrays.update(flatten_arrays(name, statistics.get_state()))
+        resume_state = {"envs": self.envs.get_state()}
+        return save_checkpoint(self.config.logdir, self.iteration, arrays, self._state(), resume_state)
 
     def restore(self, checkpoint: str | Path) -> None:
-        """Loads a checkpoint written by :meth:`save` (the run continues identically)."""
-        self._set_state(load_checkpoint(checkpoint, self._variables()))
+        """Loads a checkpoint written by :meth:`save`; the run continues identically.
+
+        This unpickles the checkpoint's resume state (:func:`~rl.checkpoint.read_resume_state`),
+        which can run any code: restore only checkpoints you wrote yourself.
+
+        Raises:
+            CheckpointError: an old-format checkpoint, another format version, or a file that
+                does not match the SHA-256 recorded when it was written (nothing is restored).
+        """
+        arrays, state = read_arrays(checkpoint), read_state(checkpoint)
+        resume_state = read_resume_state(checkpoint)
+        assign_variables(arrays, self._variables())
+        for name, statistics in self._statistics().items():
+            statistics.set_state(unflatten_arrays(arrays, name))
+        self._set_state(state)
+        self.envs.set_state(resume_state["envs"])

@@ -66,12 +66,13 @@ class EntropySchedule:
         return min(start_value - config.entropy_decay * (iteration - start_iteration), old_entropy)
 
     def get_state(self) -> dict:
-        """Initial entropy and activation point (checkpointed)."""
+        """Initial entropy and activation point (checkpointed as JSON)."""
         return {"initial": self.initial, "start": self.start}
 
     def set_state(self, state: dict) -> None:
-        """Restores :meth:`get_state`."""
-        self.initial, self.start = state["initial"], state["start"]
+        """Restores :meth:`get_state` (JSON turned the activation point into a list)."""
+        self.initial = state["initial"]
+        self.start = None if state["start"] is None else tuple(state["start"])
 
 
 class ProjectedPolicyIteration(Trainer):
