@@ -22,14 +22,16 @@ Every number is a module constant below, gathered in :class:`Protocol`:
 3. **The Frobenius baseline** (kind ``frobenius``): the same features and loss, a dense
    ``A`` with the penalty ``mu (||A||_F^2 + ||eta||^2)`` trained by Adam
    (:data:`FROBENIUS_LEARNING_RATE`, :data:`FROBENIUS_STEPS` full-batch steps) for each mu
-   of :data:`FROBENIUS_MUS`; the mu of best dev UAS is the baseline. It stores ``d^2 + 15``
-   parameters.
+   of :data:`FROBENIUS_MUS`; the mu of best dev UAS is the baseline, and a best mu at an end
+   of the grid widens it by :data:`FROBENIUS_MU_FACTOR` (at most :data:`MAX_WIDENINGS`
+   times). It stores ``d^2 + 15`` parameters.
 4. **Time per iteration and peak memory against d** (kind ``dim``): vi, :data:`DIM_STEPS`
    steps at ``C =`` :data:`DIM_C` for each d of :data:`DIMS`; time per step from
    ``progress.csv``, the process's peak resident memory from ``final.json``.
 5. **en_ewt 2.0** (kind ``stochastic``): the full treebank (12,543 sentences) with the
    minibatch variant (:data:`STOCHASTIC_BATCH_SIZE` random sentences per step,
-   :data:`STOCHASTIC_STEPS` steps, dev UAS every :data:`EVAL_EVERY` steps) at the chosen C.
+   :data:`STOCHASTIC_STEPS` steps, dev UAS every :data:`EVAL_EVERY` steps) at the chosen C
+   times each of :data:`EN_C_FACTORS`: UAS against C on en too.
 
 Why ``d = 2**12`` (the features' default) and not ``2**14``: the Frobenius baseline holds
 ``d^2`` floats in four arrays (the matrix, Adam's two moments, the gradient), 0.5 GiB at
@@ -46,12 +48,12 @@ part                  runs   per run                             total
 C sweep (vi)          5      5-15 min (300 steps, 12 dev evals)  45-60 min
 hinge (vi)            1      3 min (a step is cheap)             3 min
 line search (vi)      1      15-30 min (200 steps)               15-30 min
-Frobenius (vi)        3      8-12 min (100 Adam steps)           25-35 min
+Frobenius (vi)        3-5    8-15 min (100 Adam steps)           25-60 min
 time/memory vs d      7      1 min (10 steps)                    7 min
-stochastic (en)       1      10-15 min (200 steps, 8 dev evals)  10-15 min
+stochastic (en)       3      20 min (200 steps, 8 dev evals)     60 min
 ====================  =====  ==================================  ===========
 
-about 2-2.5 hours in all; no run approaches an hour, and every training process stops
+about 3-3.5 hours in all; no run approaches an hour, and every training process stops
 after :data:`TIME_LIMIT_MINUTES` minutes anyway (``train --time-limit``: a checkpoint, no
 ``final.json``), to be resumed by the next process.
 
@@ -160,6 +162,8 @@ EVAL_EVERY = 25
 CHECKPOINT_EVERY = 25
 #: The Frobenius baseline's penalty weights (the best dev UAS is kept), Adam step and steps.
 FROBENIUS_MUS = (1e-5, 1e-4, 1e-3)
+#: A best mu at an end of its grid widens it by this factor (at most :data:`MAX_WIDENINGS` times).
+FROBENIUS_MU_FACTOR = 10.0
 FROBENIUS_LEARNING_RATE = 1e-2
 FROBENIUS_STEPS = 100
 #: The feature dimensions of the time and memory runs, their steps and radius.
@@ -169,6 +173,8 @@ DIM_C = 20.0
 #: The en minibatch variant: sentences per step and steps.
 STOCHASTIC_BATCH_SIZE = 1000
 STOCHASTIC_STEPS = 200
+#: The en minibatch runs are at these multiples of the C chosen on vi: UAS against C on en.
+EN_C_FACTORS = (0.5, 1.0, 2.0)
 SEED = 0
 #: Minutes after which a training process takes no new step (it resumes in the next one).
 TIME_LIMIT_MINUTES = 40.0
@@ -314,10 +320,11 @@ def choose(
     grid: Sequence[float],
     statuses: Mapping[RunSpec, RunStatus],
     max_widenings: int = 0,
+    factor: float = 2.0,
 ) -> GridChoice[RunSpec]:
     """The value of ``grid`` whose ``kind`` run on ``language`` has the best final dev UAS.
 
-    A best value at an end of the grid widens it by a factor of 2, at most ``max_widenings``
+    A best value at an end of the grid widens it by ``factor``, at most ``max_widenings``
     times (:func:`resumable_runs.choose_on_grid`).
 
     Args:
@@ -326,6 +333,7 @@ def choose(
         grid: the values.
         statuses: what each logdir holds.
         max_widenings: how many times the grid may be widened.
+        factor: the ratio between a new value and the end of the grid it extends.
 
     Returns:
         A :class:`resumable_runs.GridChoice` of the dev UAS, waiting (``value`` None) for
@@ -343,6 +351,7 @@ def choose(
         lambda value: [RunSpec(kind, language, value)],
         {spec: status.dev_uas for spec, status in statuses.items() if status.finished},
         max_widenings,
+        factor,
     )
 
 
@@ -381,14 +390,16 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
     grid = sorted({*protocol.Cs, *C.scores, *(spec.value for spec in C.missing)})
     runs.update((RunSpec("sparsemap", "vi", value), None) for value in grid)
     runs.update((RunSpec("dim", "vi", float(d)), None) for d in protocol.dims)
-    mu = choose("frobenius", "vi", protocol.frobenius_mus, statuses)
-    runs.update((RunSpec("frobenius", "vi", value), None) for value in protocol.frobenius_mus)
+    mu = choose("frobenius", "vi", protocol.frobenius_mus, statuses, MAX_WIDENINGS, FROBENIUS_MU_FACTOR)
+    mus = sorted({*protocol.frobenius_mus, *mu.scores, *(spec.value for spec in mu.missing)})
+    runs.update((RunSpec("frobenius", "vi", value), None) for value in mus)
     waiting = []
     for language, kind in AT_CHOSEN_C:
         if C.value is None:
             waiting.append((language, kind))
         else:
-            runs[RunSpec(kind, language, C.value)] = None
+            factors = EN_C_FACTORS if language == "en" else (1.0,)
+            runs.update((RunSpec(kind, language, logdir_value(C.value * f)), None) for f in factors)
     plan = Plan(runs=list(runs), waiting=waiting, protocol=protocol, C=C, mu=mu)
     for spec in plan.runs:
         status = statuses.get(spec, RunStatus())
@@ -557,7 +568,10 @@ def describe_choices(plan: Plan) -> list[str]:
         elif not choice.scores:
             lines.append(f"{what}: {choice.value:g}, the only value (nothing tuned)")
         else:
-            widened = f", grid widened {choice.widened} time(s) by a factor of 2" if choice.widened else ""
+            factor = 2 if choice is plan.C else FROBENIUS_MU_FACTOR
+            widened = (
+                f", grid widened {choice.widened} time(s) by a factor of {factor:g}" if choice.widened else ""
+            )
             edge = "; at an end of the grid" if choice.at_edge() else ""
             lines.append(
                 f"{what}: {choice.value:g} (dev UAS {fmt(choice.scores[choice.value], 2)}; grid {values}"
@@ -767,7 +781,7 @@ def _stochastic_table(plan: Plan, runs: list[RunResult]) -> list[str]:
     )
     lines = [
         f"en_ewt 2.0, {subset}, minibatches of {p.stochastic_batch_size} random sentences per step, step "
-        f"2/(k+2), d = {p.dim}, lam = {p.lam:g}, at the C chosen on vi"
+        f"2/(k+2), d = {p.dim}, lam = {p.lam:g}, at the C chosen on vi and its neighbours (x 1/2, x 2)"
         f"{f', dev limited to its first {dev_limit} sentences' if dev_limit else ''}. Objective and gap are "
         "the last minibatch's (a constant batch size does not converge to the minimiser).",
         "",

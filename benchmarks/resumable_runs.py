@@ -437,11 +437,12 @@ def choose_on_grid(
     runs_at: Callable[[float], Sequence[SpecT]],
     scores: Mapping[SpecT, float],
     max_widenings: int,
+    factor: float = 2.0,
 ) -> GridChoice[SpecT]:
     """The value of ``grid`` whose runs have the best mean score, widening the grid at its ends.
 
     As in the SparseMAP paper's protocol, a best value at an end of a grid of three values or
-    more widens the grid by a factor of 2 beyond it (at most ``max_widenings`` times); the
+    more widens the grid by ``factor`` beyond it (at most ``max_widenings`` times); the
     choice then waits for the runs at the new value. Ties go to the smaller value, NaN scores
     rank last. A grid of one value is chosen without any run.
 
@@ -450,6 +451,7 @@ def choose_on_grid(
         runs_at: the runs that score a value.
         scores: the score of every finished run (a run absent from it is unfinished).
         max_widenings: how many times the grid may be widened.
+        factor: the ratio between a new value and the end of the grid it extends.
 
     Returns:
         A :class:`GridChoice`.
@@ -476,7 +478,11 @@ def choose_on_grid(
         best = max(values, key=lambda v: (-math.inf if math.isnan(found[v]) else found[v], -v))
         if len(grid) < 3 or widened == max_widenings or best not in (values[0], values[-1]):
             return GridChoice(best, found, (), widened)
-        values = [logdir_value(best / 2), *values] if best == values[0] else [*values, logdir_value(best * 2)]
+        values = (
+            [logdir_value(best / factor), *values]
+            if best == values[0]
+            else [*values, logdir_value(best * factor)]
+        )
         widened += 1
 
 

@@ -128,9 +128,13 @@ def test_choose_best_dev_ties_nan_missing_and_widening():
     statuses[R("sparsemap", "vi", 5.0)] = done(63.0)
     choice = bench.choose("sparsemap", "vi", (10, 20, 40), statuses, max_widenings=2)
     assert choice.value == 10.0 and set(choice.scores) == {5.0, 10.0, 20.0, 40.0} and not choice.at_edge()
-    # No widening for the Frobenius grid, nor for a grid of two values; one value needs no run.
+    # No widening for a grid of two values; one value needs no run.
     mus = {R("frobenius", "vi", 1e-4): done(50.0, ()), R("frobenius", "vi", 1e-3): done(55.0, ())}
-    assert bench.choose("frobenius", "vi", (1e-4, 1e-3), mus).value == 1e-3
+    assert bench.choose("frobenius", "vi", (1e-4, 1e-3), mus, max_widenings=2, factor=10).value == 1e-3
+    # The mu grid widens by its own factor.
+    mus[R("frobenius", "vi", 1e-5)] = done(40.0, ())
+    choice = bench.choose("frobenius", "vi", (1e-5, 1e-4, 1e-3), mus, max_widenings=2, factor=10)
+    assert choice.value is None and choice.missing == (R("frobenius", "vi", 1e-2),)
     assert bench.choose("sparsemap", "vi", (20.0,), {}).value == 20.0
     unfinished = {R("sparsemap", "vi", 10.0): bench.RunStatus(resumable=True)}
     assert bench.choose("sparsemap", "vi", (10.0, 20.0), unfinished).missing == (
@@ -168,10 +172,12 @@ def test_plan_is_pure_resumes_and_waits_for_C():
     statuses[R("sparsemap", "vi", 40.0)] = done(61.0)
     plan = bench.plan_suite(SMALL, statuses)
     assert plan.C.value == 20.0 and not plan.waiting
-    assert plan.runs[-3:] == [
+    assert plan.runs[-5:] == [
         R("hinge", "vi", 20.0),
         R("line_search", "vi", 20.0),
+        R("stochastic", "en", 10.0),
         R("stochastic", "en", 20.0),
+        R("stochastic", "en", 40.0),
     ]
     lines = bench.describe_choices(plan)
     assert lines[0] == "C (vi, SparseMAP loss, by final dev UAS): 20 (dev UAS 62.00; grid 10, 20, 40)"
@@ -364,14 +370,13 @@ def test_run_suite_sweeps_then_runs_the_chosen_C(tmp_path, monkeypatch):
     first_round = {f"vi/sparsemap/C{C}" for C in (10, 20, 40)} | {"vi/dim/d16", "vi/dim/d32"}
     first_round |= {"vi/frobenius/mu0.0001", "vi/frobenius/mu0.001"}
     assert {name for _, name in trained[:7]} == first_round
-    assert {name for _, name in trained[7:]} == {"vi/hinge/C20", "vi/line_search/C20", "en/stochastic/C20"}
+    at_chosen_C = ["vi/hinge/C20", "vi/line_search/C20", *(f"en/stochastic/C{C}" for C in (10, 20, 40))]
+    assert {name for _, name in trained[7:]} == set(at_chosen_C)
     evaluated = sorted(
         c[c.index("--logdir") + 1].removeprefix(str(tmp_path) + "/") for c in fake.calls if c[2] == "evaluate"
     )
     assert evaluated == sorted(
-        [f"vi/sparsemap/C{C}" for C in (10, 20, 40)]
-        + ["vi/hinge/C20", "vi/line_search/C20", "en/stochastic/C20"]
-    )
+[f"vi/sparsemap/C{C}" for C in (10, 20, 40)] + at_chosen_C)
     recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
     assert recorded["choices"]["C"]["value"] == 20.0 and recorded["choices"]["mu"]["value"] == 1e-4
     assert bench.read_protocol(tmp_path) == SMALL
