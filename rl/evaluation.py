@@ -9,7 +9,7 @@ import numpy as np
 
 from rl.checkpoint import load_checkpoint, resolve_checkpoint
 from rl.config import TrainConfig
-from rl.envs import make_env
+from rl.env_kind import make_env
 from rl.normalization import RunningMeanStd
 from rl.policies import Policy, make_policy
 

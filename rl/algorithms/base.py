@@ -24,7 +24,8 @@ import tensorflow as tf
 
 from rl.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
 from rl.config import TrainConfig
-from rl.envs import EnvList, make_env
+from rl.env_kind import make_env
+from rl.envs import VectorEnvs
 from rl.gae import gae
 from rl.logger import Logger
 from rl.normalization import ReturnScaler, RunningMeanStd
@@ -93,7 +94,7 @@ class Trainer(abc.ABC):
         self.config = config
         self.verbose = verbose
         keras.utils.set_random_seed(config.seed)
-        self.envs = EnvList(config.env_id, config.num_envs, config.seed)
+        self.envs = VectorEnvs(config.env_id, config.num_envs, config.seed, config.vector)
         obs_dim = self.envs.single_observation_space.shape[0]
         self.action_space = self.envs.single_action_space
         self.policy = make_policy(
@@ -424,3 +425,7 @@ class Trainer(abc.ABC):
     def restore(self, checkpoint: str | Path) -> None:
         """Loads a checkpoint written by :meth:`save` (the run continues identically)."""
         self._set_state(load_checkpoint(checkpoint, self._variables()))
+
+    def close(self) -> None:
+        """Closes the environments (and the worker processes of ``vector="async"``)."""
+        self.envs.close()
