@@ -1,7 +1,8 @@
 """Constrained policy optimisation with projected policies (Akrour et al. 2019) and a PPO baseline.
 
-Modules: :mod:`rl.config` (dataclass config, per-family defaults), :mod:`rl.envs` (env list
-with checkpointable state), :mod:`rl.policies` (Keras networks, ``tfp`` distributions),
+Modules: :mod:`rl.config` (dataclass config, defaults by env kind), :mod:`rl.env_kind`
+(supported spaces, what an env is), :mod:`rl.envs` (gymnasium vector envs with checkpointable
+state), :mod:`rl.policies` (Keras networks, ``tfp`` distributions),
 :mod:`rl.gae`, :mod:`rl.normalization`, :mod:`rl.algorithms` (trainers), :mod:`rl.logger`,
 :mod:`rl.checkpoint`, :mod:`rl.evaluation`, :mod:`rl.plotting`, :mod:`rl.cli`. The entropy
 and KL projections of policy parameters are those of :mod:`keras_structured.projections`
