@@ -1,13 +1,16 @@
-"""gymnasium vector envs: same-step autoreset at episode boundaries, sync = async, exact resume."""
+"""gymnasium vector envs: same-step autoreset at episode boundaries, the same steps as the plain
+list of envs they replaced, sync = async, exact resume."""
 
 import shutil
 
 import numpy as np
 import pytest
+from gymnasium.vector.utils import batch_space
 
 from rl.algorithms import make_trainer
 from rl.checkpoint import checkpoint_dirs
 from rl.config import default_config
+from rl.env_kind import make_env
 from rl.envs import VectorEnvs
 from rl.logger import read_progress
 from tests.rl_envs import TERMINAL_STEP, TIME_LIMIT
@@ -80,6 +83,47 @@ def test_gae_bootstraps_truncation_from_the_final_observation_and_not_terminatio
         batch.advantages[TERMINATED_AT[0]], TERMINAL_STEP - value(TERMINAL_STEP - 1), rtol=1e-5
     )
     trainer.close()
+
+
+def _plain_list_steps(env_id, num_envs, seed, actions):
+    """The stepping that the vector envs replaced: a list of envs reset by hand when done."""
+    envs = [make_env(env_id) for _ in range(num_envs)]
+    obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+    returns, lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
+    for action in actions:
+        final_obs, rewards, terminated, truncated, finished = obs.copy(), [], [], [], []
+        for i, env in enumerate(envs):
+            final_obs[i], reward, term, trunc, _ = env.step(action[i])
+            obs[i] = final_obs[i]
+            returns[i] += reward
+            lengths[i] += 1
+            if term or trunc:
+                finished.append((float(returns[i]), int(lengths[i])))
+                returns[i], lengths[i] = 0.0, 0
+                obs[i] = env.reset()[0]
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
+        yield obs.copy(), np.array(rewards), np.array(terminated), np.array(truncated), final_obs, finished
+    for env in envs:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id, steps", [("CartPole-v1", 300), ("Pendulum-v1", 450), ("Hopper-v5", 300)])
+def test_sync_vector_envs_step_exactly_like_the_plain_list_they_replaced(env_id, steps):
+    envs = VectorEnvs(env_id, 3, seed=7)
+    space = batch_space(envs.single_action_space, 3)
+    space.seed(0)
+    actions = [space.sample() for _ in range(steps)]
+    episodes = 0
+    for action, expected in zip(actions, _plain_list_steps(env_id, 3, 7, actions), strict=True):
+        got = envs.step(action)
+        for value, reference in zip(got[:5], expected[:5], strict=True):
+            np.testing.assert_array_equal(value, reference)
+        assert got[5] == expected[5]
+        episodes += len(got[5])
+    envs.close()
+    assert episodes >= 3  # episode ends (terminations or truncations) were crossed
 
 
 FAST = dict(num_envs=2, num_steps=128, minibatch_size=64, update_epochs=2, distill_epochs=2)
