@@ -105,6 +105,10 @@ TASKS: dict[str, Task] = {
         Task("InvertedPendulum-v5", 100_000, (Target(950, 100_000, "median"),)),
         Task("Hopper-v5", 300_000, (Target(2000, 300_000, "any"),)),
         Task("HalfCheetah-v5", 1_000_000, (Target(1200, 300_000, "any"), Target(2000, 1_000_000, "any"))),
+        # Outside the six the defaults were tuned on (they get the MuJoCo family's defaults); targets
+        # from published PPO curves at 300k steps, see benchmarks/README.md ("Tasks").
+        Task("Walker2d-v5", 300_000, (Target(1000, 300_000, "any"),)),
+        Task("Reacher-v5", 300_000, (Target(-10, 300_000, "median"),)),
     )
 }
 
@@ -640,7 +644,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run = sub.add_parser(
         "run", help="train and evaluate the suite (resumable), then report", formatter_class=defaults
     )
-    run.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), metavar="ENV")
+    run.add_argument(
+        "--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), metavar="ENV", help=", ".join(TASKS)
+    )
     run.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     run.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     run.add_argument("--jobs", type=int, default=2, help="training processes at a time")

@@ -16,7 +16,7 @@ import textwrap
 import typing
 from pathlib import Path
 
-from rl.config import ALGORITHMS, ENV_FAMILIES, TrainConfig, default_config, field_docs
+from rl.config import ALGORITHMS, TUNED_ENVS, VECTOR_KINDS, TrainConfig, default_config, field_docs
 from rl.run_dir import check_new_run, clear_run, last_row, newest_iteration
 
 _FIELD_TYPES = typing.get_type_hints(TrainConfig)
@@ -35,8 +35,9 @@ Projected policy iteration (Akrour et al. 2019) and a PPO-clip baseline.
 
 Run "python -m rl COMMAND --help" for the options of a command."""
 
-#: the one config field a resumed run may change: its step budget.
-_RESUMABLE_FIELDS = ("total_steps",)
+#: the config fields a resumed run may change: its step budget, and how the envs are stepped
+#: (sync and async vector envs give the same results).
+_RESUMABLE_FIELDS = ("total_steps", "vector")
 
 
 def _parse_override(text: str) -> tuple[str, object]:
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--env",
         default="CartPole-v1",
         action=_Given,
-        help=f"gymnasium id, one of {', '.join(ENV_FAMILIES)}",
+        help="gymnasium id: any env with Discrete or bounded 1-D Box actions and Box (or flattenable "
+        "Discrete, MultiDiscrete, MultiBinary, Dict, Tuple) observations; defaults follow its kind "
+        f"(MuJoCo, else discrete or continuous actions), tuned on {', '.join(TUNED_ENVS)}",
     )
     train.add_argument("--algo", default="projected", choices=ALGORITHMS, action=_Given, help="algorithm")
     train.add_argument(
@@ -126,15 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--num-envs", type=int, default=None, action=_Given, help="parallel envs (default: per env family)"
     )
+    train.add_argument(
+        "--vector",
+        default=TrainConfig.vector,
+        choices=VECTOR_KINDS,
+        action=_Given,
+        help="gymnasium vector env: sync (all envs in this process) or async (one process per env); "
+        "same results, and a resumed run may change it",
+    )
     train.add_argument("--logdir", default=None, help="run directory (default: runs/rl/ENV__ALGO__sSEED)")
     existing = train.add_mutually_exclusive_group()
     existing.add_argument(
         "--resume",
         action="store_true",
         help="continue the run in --logdir from its newest checkpoint with its config.json; only "
-        "--steps may change (settings that differ from the run's are refused). This unpickles the "
-        "checkpoint's resume_state.pkl (after checking its SHA-256), which can run any code: use it "
-        "only on run directories you created",
+        "--steps and --vector may change (settings that differ from the run's are refused). This "
+        "unpickles the checkpoint's resume_state.pkl (after checking its SHA-256), which can run any "
+        "code: use it only on run directories you created",
     )
     existing.add_argument(
         "--overwrite",
@@ -222,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each TrainConfig field with its default for --env and --algo, and its meaning.",
         formatter_class=_HelpFormatter,
     )
-    fields.add_argument("--env", default="CartPole-v1", help="show the defaults of this env's family")
+    fields.add_argument("--env", default="CartPole-v1", help="show the defaults for this gymnasium env")
     fields.add_argument("--algo", default="projected", choices=ALGORITHMS, help="algorithm")
     return parser
 
@@ -236,6 +247,7 @@ def _requested(args: argparse.Namespace, explicit_only: bool) -> dict[str, objec
         "seed": ("seed", args.seed),
         "total_steps": ("steps", args.steps),
         "num_envs": ("num_envs", args.num_envs),
+        "vector": ("vector", args.vector),
         "kl_bound": ("kl_bound", args.kl_bound),
         "entropy_bound": ("entropy_bound", args.entropy_bound),
     }
@@ -272,7 +284,7 @@ def _resume_config(args: argparse.Namespace) -> TrainConfig:
     if changed:
         raise ValueError(
             f"--resume continues the run in {args.logdir!r} with its config.json; only the step "
-            f"budget (--steps) may change. Refused: {', '.join(changed)}. Start a new run "
+            f"budget (--steps) and --vector may change. Refused: {', '.join(changed)}. Start a new run "
             "(another --logdir, or --overwrite) to change them."
         )
     config.logdir = args.logdir
@@ -321,7 +333,10 @@ def _train(args: argparse.Namespace) -> None:
         trainer.restore(resolve_checkpoint(config.logdir))
     elif args.overwrite:
         clear_run(config.logdir)
-    row = trainer.train()
+    try:
+        row = trainer.train()
+    finally:
+        trainer.close()
     print(_summary(config.logdir, row.get("global_step"), row.get("charts/episodic_return")))
 
 

@@ -1,45 +1,33 @@
-"""Environments: creation with clear errors, and a list of envs stepped in lock-step.
+"""Environments stepped in lock-step by a gymnasium vector env, with checkpointable state.
 
-:class:`EnvList` steps a plain list of gymnasium environments (faster than a vector env for
-a few cheap environments) with same-step autoreset: when an episode ends, the true final
-observation is returned separately (for the value bootstrap of truncated episodes) and the
-environment is reset at once. Its complete state (including physics and RNG) can be saved
-and restored, so that a resumed run continues identically.
+:class:`VectorEnvs` runs ``num_envs`` copies of an environment in a
+``gymnasium.vector.SyncVectorEnv`` (``vector="sync"``) or ``AsyncVectorEnv`` (``"async"``, one
+process per env) under ``RecordEpisodeStatistics``.
+
+Autoreset: the vector env uses gymnasium's ``SAME_STEP`` mode. When an episode ends, the env
+is reset within the same step: the step returns the first observation of the next episode,
+and the true last observation in ``infos["final_obs"]``. Every step is then a real
+transition, and GAE can bootstrap a truncated episode from the value of its true final
+observation (a terminated one is not bootstrapped). gymnasium's default, ``NEXT_STEP``, would
+instead return the final observation and spend the *next* step on the reset (action ignored,
+reward 0): a transition that must never enter a batch, and one that would also make the
+batch hold fewer real steps than it counts.
+
+The complete state of every env (pickle, physics, RNG), the current observations and the
+unfinished episodes' statistics can be saved and restored, with either kind of vector env:
+a resumed run continues identically, and sync and async give the same results.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rl.config import env_family
-
-
-def make_env(env_id: str) -> gym.Env:
-    """``gym.make(env_id)`` after checking the id is supported and the action space is usable.
-
-    Raises:
-        ValueError: unknown id, or an action space other than ``Discrete`` / bounded 1-D ``Box``.
-    """
-    env_family(env_id)
-    env = gym.make(env_id)
-    check_action_space(env.action_space)
-    return env
-
-
-def check_action_space(space: gym.Space) -> None:
-    """Raises ``ValueError`` unless ``space`` is ``Discrete`` or a finite 1-D ``Box``."""
-    if isinstance(space, gym.spaces.Discrete):
-        return
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        if np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
-            return
-    raise ValueError(
-        "Unsupported action space: only Discrete and bounded 1-D Box actions are supported. "
-        f"Received: action_space={space!r}"
-    )
+from rl.env_kind import make_env
 
 
 def _get_state(env: gym.Env) -> dict:
@@ -70,67 +58,94 @@ def _set_state(state: dict) -> gym.Env:
     return env
 
 
-class EnvList:
-    """``num_envs`` copies of ``env_id`` stepped in lock-step with same-step autoreset.
+class SnapshotEnv(gym.Wrapper):
+    """The outermost wrapper of each env of a vector env: its complete state as the attribute
+    ``snapshot``, which a vector env reads with ``get_attr`` and restores with ``set_attr``
+    (in the env's own process under ``AsyncVectorEnv``).
+
+    Args:
+        env: the environment (the wrapped chain is replaced as a whole on restore).
+    """
+
+    @property
+    def snapshot(self) -> dict:
+        """A picklable snapshot of the wrapped env (see :func:`_get_state`)."""
+        return _get_state(self.env)
+
+    @snapshot.setter
+    def snapshot(self, state: dict) -> None:
+        self.env.close()
+        self.env = _set_state(state)
+
+
+def make_snapshot_env(env_id: str) -> SnapshotEnv:
+    """:func:`rl.env_kind.make_env` under :class:`SnapshotEnv` (picklable as a ``partial``)."""
+    return SnapshotEnv(make_env(env_id))
+
+
+class VectorEnvs:
+    """``num_envs`` copies of ``env_id`` in a gymnasium vector env with same-step autoreset.
+
+    Args:
+        env_id: gymnasium id (see :func:`rl.env_kind.make_env`).
+        num_envs: number of environments.
+        seed: env ``i`` is reset with seed ``seed + i`` (then unseeded at each autoreset).
+        vector: ``"sync"`` (``SyncVectorEnv``) or ``"async"`` (``AsyncVectorEnv``, one process
+            per env, started with ``spawn``: the trainer's process has TensorFlow's threads,
+            which ``fork`` would copy in an unknown state).
 
     Attributes:
         obs: current observations ``(num_envs, obs_dim)`` (after any reset).
-        episode_returns / episode_lengths: running sums of the unfinished episodes.
+        single_observation_space / single_action_space: the spaces of one env.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
-        self.envs = [make_env(env_id) for _ in range(num_envs)]
-        self.single_observation_space = self.envs[0].observation_space
-        self.single_action_space = self.envs[0].action_space
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
-        self.episode_returns = np.zeros(num_envs)
-        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+    def __init__(self, env_id: str, num_envs: int, seed: int, vector: str = "sync"):
+        env_fns = [functools.partial(make_snapshot_env, env_id)] * num_envs
+        if vector == "sync":
+            envs = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        elif vector == "async":
+            envs = AsyncVectorEnv(env_fns, context="spawn", autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            raise ValueError(f"vector must be 'sync' or 'async'. Received: vector={vector!r}")
+        self.envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+        self.single_observation_space = envs.single_observation_space
+        self.single_action_space = envs.single_action_space
+        self.obs, _ = self.envs.reset(seed=seed)
 
     def step(self, actions: np.ndarray):
         """Steps every env; returns ``(next_obs, rewards, terminated, truncated, final_obs, finished)``.
 
         ``final_obs`` is the true next observation of each env (the last one of the episode
         where it ended), ``next_obs`` the observation after autoreset; ``finished`` is a list
-        of ``(return, length)`` of the episodes that ended.
+        of ``(return, length)`` of the episodes that ended, in env order.
         """
-        n = len(self.envs)
-        final_obs = np.empty_like(self.obs)
-        rewards = np.empty(n)
-        terminated = np.zeros(n, dtype=bool)
-        truncated = np.zeros(n, dtype=bool)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        final_obs = next_obs.copy()
         finished = []
-        for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(actions[i])
-            final_obs[i] = obs
-            rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            self.episode_returns[i] += reward
-            self.episode_lengths[i] += 1
-            if term or trunc:
-                finished.append((float(self.episode_returns[i]), int(self.episode_lengths[i])))
-                self.episode_returns[i] = 0.0
-                self.episode_lengths[i] = 0
-                obs, _ = env.reset()
-            self.obs[i] = obs
-        return self.obs.copy(), rewards, terminated, truncated, final_obs, finished
+        if "_final_obs" in infos:
+            ended = infos["_final_obs"]
+            final_obs[ended] = np.stack(infos["final_obs"][ended])
+            episode = infos["episode"]
+            finished = [(float(episode["r"][i]), int(episode["l"][i])) for i in np.flatnonzero(ended)]
+        self.obs = next_obs
+        return next_obs.copy(), rewards, terminated, truncated, final_obs, finished
 
     def get_state(self) -> dict:
-        """A picklable snapshot of all envs, observations and episode statistics."""
+        """A picklable snapshot of all envs, observations and unfinished episodes' statistics."""
         return {
-            "envs": [_get_state(env) for env in self.envs],
+            "envs": list(self.envs.unwrapped.get_attr("snapshot")),
             "obs": self.obs.copy(),
-            "episode_returns": self.episode_returns.copy(),
-            "episode_lengths": self.episode_lengths.copy(),
+            "episode_returns": self.envs.episode_returns.copy(),
+            "episode_lengths": self.envs.episode_lengths.copy(),
         }
 
     def set_state(self, state: dict) -> None:
-        """Restores a snapshot from :meth:`get_state`."""
-        self.close()
-        self.envs = [_set_state(env_state) for env_state in state["envs"]]
+        """Restores a snapshot from :meth:`get_state` (taken with either kind of vector env)."""
+        self.envs.unwrapped.set_attr("snapshot", list(state["envs"]))
         self.obs = state["obs"].copy()
-        self.episode_returns = state["episode_returns"].copy()
-        self.episode_lengths = state["episode_lengths"].copy()
+        self.envs.episode_returns = state["episode_returns"].copy()
+        self.envs.episode_lengths = state["episode_lengths"].copy()
 
     def close(self) -> None:
-        """Closes every env."""
-        for env in self.envs:
-            env.close()
+        """Closes every env (and the worker processes of an async vector env)."""
+        self.envs.close()

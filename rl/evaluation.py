@@ -13,7 +13,7 @@ import numpy as np
 
 from rl.checkpoint import assign_variables, read_arrays, resolve_checkpoint, unflatten_arrays
 from rl.config import TrainConfig
-from rl.envs import make_env
+from rl.env_kind import make_env
 from rl.normalization import RunningMeanStd
 from rl.policies import Policy, make_policy
 

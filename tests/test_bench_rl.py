@@ -298,3 +298,21 @@ def test_sb3_reference_without_torch(monkeypatch):
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
     with pytest.raises(ImportError, match="rl-bench"):
         reference.measure(steps=1)
+
+
+def test_suite_has_two_mujoco_tasks_outside_the_tuned_ones(capsys):
+    specs = bench.suite(["Walker2d-v5", "Reacher-v5"], list(bench.ALGOS), [0, 1, 2])
+    assert {(s.env, s.steps) for s in specs} == {("Walker2d-v5", 300_000), ("Reacher-v5", 300_000)}
+    assert len(specs) == 12
+    assert bench.main(["run", "--dry-run", "--tasks", "Reacher-v5", "--seeds", "0", "--root", "unused"]) == 0
+    assert "--env Reacher-v5 --algo projected --steps 300000" in capsys.readouterr().out
+
+
+def test_vector_benchmark_prints_sync_async_and_their_ratio(capsys):
+    vector = load_benchmark("bench_rl_vector")
+    vector.main(["--envs", "CartPole-v1", "--num-envs", "2", "--seconds", "0.2", "--warmup", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3] == "| env | num_envs | sync steps/s | async steps/s | async / sync |"
+    env, num_envs, sync, asynchronous, ratio = (cell.strip() for cell in lines[-1].strip("|").split("|"))
+    assert (env, num_envs) == ("CartPole-v1", "2")
+    assert float(ratio) == pytest.approx(float(asynchronous) / float(sync), abs=0.01)

@@ -72,9 +72,36 @@ def test_plot_and_resume(runs, tmp_path):
     assert json.loads((logdir / "config.json").read_text())["total_steps"] == 3000  # the budget is recorded
 
 
+def test_any_env_async_then_resumed_sync(tmp_path):
+    logdir = tmp_path / "mountain_car"
+    result = _run(
+        "train",
+        "--env",
+        "MountainCar-v0",
+        "--steps",
+        "1024",
+        "--vector",
+        "async",
+        "--logdir",
+        str(logdir),
+        *FAST,
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == 1024
+    assert json.loads((logdir / "config.json").read_text())["vector"] == "async"
+    result = _run(
+        "train", "--resume", "--logdir", str(logdir), "--steps", "1536", "--vector", "sync", "--quiet"
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1])["global_step"] == 1536
+    assert [int(r["iteration"]) for r in _rows(logdir)] == [1, 2, 3]
+
+
 def test_errors_exit_before_training(tmp_path):
     result = _run("train", "--env", "MountainCarContinuous-v9", "--logdir", str(tmp_path / "x"), check=False)
-    assert result.returncode == 2 and "Unknown env_id" in result.stderr
+    assert (
+        result.returncode == 2
+        and "MountainCarContinuous-v9" in result.stderr
+        and "doesn't exist" in result.stderr
+    )
     result = _run(
         "train", "--env", "CartPole-v1", "--kl-bound", "-1", "--logdir", str(tmp_path / "x"), check=False
     )

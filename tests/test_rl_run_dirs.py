@@ -91,7 +91,7 @@ def test_resume_refuses_settings_that_cannot_change_and_names_them(copy_of_finis
             main(["train", "--resume", "--logdir", logdir, *argv])
         assert stop.value.code == 2
         error = capsys.readouterr().err
-        assert "only the step budget (--steps) may change" in error
+        assert "only the step budget (--steps) and --vector may change" in error
         for name in names:
             assert name in error, (argv, error)
     assert TrainConfig.load(copy_of_finished / "config.json").total_steps == LONG_STEPS
@@ -129,7 +129,15 @@ print("TENSORFLOW IMPORTED" if "tensorflow" in sys.modules else "NO TENSORFLOW")
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["fields", "--env", "Hopper-v5"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["train", "--help"],
+        ["fields", "--env", "Hopper-v5"],
+        ["fields", "--env", "MountainCarContinuous-v0"],
+    ],
+)
 def test_help_shows_defaults_choices_and_fields_without_tensorflow(args):
     result = subprocess.run(
         [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60, cwd=ROOT
@@ -140,12 +148,15 @@ def test_help_shows_defaults_choices_and_fields_without_tensorflow(args):
     assert "``" not in out and ":class:" not in out and ":data:" not in out  # no reStructuredText
     if args == ["train", "--help"]:
         assert "(default: 100000)" in out and "{projected,ppo}" in out and "('projected'" not in out
-        assert "whole batches" in out and "--overwrite" in out
+        assert "whole batches" in out and "--overwrite" in out and "{sync,async}" in out
         assert "update_epochs" in out and "trust_region_coef" in out  # the --set field names
     if args[0] == "fields":
         for field in ("num_steps", "kl_bound", "obs_norm_warmup_steps", "trust_region_coef"):
             assert f"  {field} = " in out
-        assert "num_steps = 2048" in out  # the MuJoCo family's default
+        if "Hopper-v5" in args:
+            assert "num_steps = 2048" in out  # the MuJoCo family's default
+        else:
+            assert "num_steps = 512" in out and "gamma = 0.99" in out  # classic continuous, long episodes
 
 
 def test_options_given_override_set_and_defaults_do_not():

@@ -34,7 +34,8 @@ from rl.checkpoint import (
     variable_arrays,
 )
 from rl.config import TrainConfig
-from rl.envs import EnvList, make_env
+from rl.env_kind import make_env
+from rl.envs import VectorEnvs
 from rl.gae import gae
 from rl.logger import Logger
 from rl.normalization import ReturnScaler, RunningMeanStd
@@ -103,7 +104,7 @@ class Trainer(abc.ABC):
         self.config = config
         self.verbose = verbose
         keras.utils.set_random_seed(config.seed)
-        self.envs = EnvList(config.env_id, config.num_envs, config.seed)
+        self.envs = VectorEnvs(config.env_id, config.num_envs, config.seed, config.vector)
         obs_dim = self.envs.single_observation_space.shape[0]
         self.action_space = self.envs.single_action_space
         self.policy = make_policy(
@@ -449,3 +450,7 @@ class Trainer(abc.ABC):
             statistics.set_state(unflatten_arrays(arrays, name))
         self._set_state(state)
         self.envs.set_state(resume_state["envs"])
+
+    def close(self) -> None:
+        """Closes the environments (and the worker processes of ``vector="async"``)."""
+        self.envs.close()
