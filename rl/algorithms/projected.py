@@ -14,8 +14,9 @@ without it, the safeguard kept 10-50% of the step late in training).
 (:meth:`ProjectedPolicyIteration._finish_update`):
 
 1. the projected parameters on all batch states are computed once (the target), with the
-   bounds tightened by ``distill_margin`` (``(1 - m) eps`` and ``bound + m eps``) so that the
-   fitted network usually lands inside the true constraints;
+   bounds tightened by ``distill_margin`` (``(1 - m) eps`` and ``bound + m eps``, the latter at
+   most halfway to the maximum entropy) so that the fitted network usually lands inside the
+   true constraints;
 2. state-independent parameters are set to the target exactly (the full covariance);
 3. the network is distilled onto the target, ``min KL(pi_target || pi_theta)`` over the
    batch states (minibatch Adam, ``distill_epochs`` passes);
@@ -103,11 +104,9 @@ class ProjectedPolicyIteration(Trainer):
         return self.schedule(self.iteration, self._old_entropy(batch))
 
     def _finish_update(self, batch, entropy_bound, old_weights):
-        margin = self.config.distill_margin * self.config.kl_bound
         bound = tf.constant(self._bound_value(entropy_bound), tf.float32)
-        target_bound = tf.constant(
-            self._bound_value(None if entropy_bound is None else entropy_bound + margin), tf.float32
-        )
+        target_bound = self._tightened_entropy_bound(entropy_bound)
+        target_bound = tf.constant(self._bound_value(target_bound), tf.float32)
         target, entropy_active, kl_active = self._project_batch(
             batch.obs, batch.old_params, bound, target_bound
         )
@@ -121,6 +120,15 @@ class ProjectedPolicyIteration(Trainer):
             "constraints/kl_projection_active": float(kl_active),
             "constraints/safeguard_alpha": alpha,
         }
+
+    def _tightened_entropy_bound(self, entropy_bound: float | None) -> float | None:
+        """``bound + m eps``, but at most halfway from the bound to the maximum entropy: a
+        categorical policy's bound may sit just below ``log K``, and the entropy projection needs
+        its uniform anchor strictly above the bound it projects onto."""
+        if entropy_bound is None:
+            return None
+        margin = self.config.distill_margin * self.config.kl_bound
+        return entropy_bound + min(margin, (self.policy.max_entropy - entropy_bound) / 2)
 
     def _project_batch_impl(self, obs, old_params, entropy_bound, target_bound):
         """The distillation target (tightened bounds) and the active fractions (true bounds)."""
