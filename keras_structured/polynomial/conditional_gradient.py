@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -298,6 +299,7 @@ def conditional_gradient(
     dense_max_features: int = 500,
     rng: np.random.Generator | None = None,
     verbose: bool = False,
+    callback: Callable[[int, np.ndarray, np.ndarray], object] | None = None,
 ) -> TrainingResult:
     """Algorithm 1: conditional gradient with basis selection and corrective refitting.
 
@@ -318,6 +320,8 @@ def conditional_gradient(
             ``x``; beyond, use Lanczos.
         rng: random generator of the Lanczos starting vectors.
         verbose: print the objective and gap bounds at every iteration.
+        callback: called as ``callback(iteration, H, V)`` at every iterate, once its gap bounds
+            (``gap_history[iteration]``, ``lower_gap_history[iteration]``) are computed.
 
     Returns:
         A :class:`TrainingResult`. Warns :class:`ConvergenceWarning`, with the final gap,
@@ -353,6 +357,8 @@ def conditional_gradient(
         gaps.append(max(tau * selection.upper_bound - inner, 0.0))
         lower_gaps.append(max(tau * selection.value - inner, 0.0))
         certified = gammas.certified
+        if callback is not None:
+            callback(iteration, basis, output_weights)
         if verbose:
             print(
                 f"iteration {iteration:4d}  objective {objectives[-1]:.6e}  gap {gaps[-1]:.3e} "
