@@ -147,7 +147,7 @@ class OneVsRestNetworks:
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.argmax(np.column_stack([model.decision_function(x)[:, 0] for model in self.models]), axis=1)
+        return np.argmax(np.column_stack([model.predict_cumulative(x)[:, 0] for model in self.models]), axis=1)
 
     @property
     def n_basis_(self) -> int:

@@ -223,8 +223,8 @@ class PolynomialNetworkClassifier(ClassifierMixin, PolynomialNetworkEstimator):
         self.classes_, labels = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(
-                "The classifier needs samples of at least 2 classes. "
-                f"Received: y with the single class {self.classes_[0]!r}"
+                "The classifier needs samples of at least 2 classes, got 1 class. "
+                f"Received: y with the single class {self.classes_[0].item()!r}"
             )
         return np.eye(self.classes_.size)[labels]
 

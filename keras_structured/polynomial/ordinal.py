@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.base import ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
 
 from keras_structured.polynomial.estimators import PolynomialNetworkEstimator
 from keras_structured.polynomial.losses import Loss, get_loss
@@ -70,13 +71,12 @@ class OrdinalPolynomialNetwork(ClassifierMixin, PolynomialNetworkEstimator):
         return get_loss("binary_logistic" if self._loss_name() == "logistic" else "squared")
 
     def _targets(self, y):
-        if y.ndim != 1:
-            raise ValueError(f"y must be a 1-D array of ordered labels. Received: y.shape={y.shape}")
+        check_classification_targets(y)
         self.classes_, levels = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(
-                "Ordinal regression needs samples of at least 2 classes (levels). "
-                f"Received: y with the single class {self.classes_[0]!r}"
+                "Ordinal regression needs samples of at least 2 classes, got 1 class. "
+                f"Received: y with the single class {self.classes_[0].item()!r}"
             )
         targets = cumulative_targets(levels, self.classes_.size)
         return targets if self._loss_name() == "logistic" else 2.0 * targets - 1.0

@@ -53,12 +53,14 @@ def sphere_maximum_bound(
         batch: cones split per round (one call of ``phi`` per round).
 
     Returns:
-        ``(bound, direction)``: the bound and the evaluated unit direction with the largest ``phi``.
+        ``(bound, direction)``: the bound and, among the unit directions evaluated, one with the
+        largest ``phi`` (a lower bound on the maximum).
 
     Example:
-        >>> bound, w = sphere_maximum_bound(lambda w: np.abs(w @ np.array([3.0, 4.0])), 2, target=5.01)
-        >>> 5.0 <= bound <= 5.01, np.round(w, 1).tolist()
-        (True, [0.6, 0.8])
+        >>> a = np.array([[3.0, 4.0], [-1.0, 0.5]])  # phi(w) = max_j <a_j, w>, maximum ||a_0|| = 5
+        >>> bound, w = sphere_maximum_bound(lambda w: (w @ a.T).max(axis=1), 2, target=5.0001)
+        >>> bool(5.0 <= bound <= 5.0001), round(float(np.linalg.norm(w)), 6)
+        (True, 1.0)
     """
     vertices, cones = _initial_cones(m, max(max_evaluations // 4, 2))
     vertices = list(vertices)
