@@ -147,7 +147,9 @@ class OneVsRestNetworks:
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.argmax(np.column_stack([model.predict_cumulative(x)[:, 0] for model in self.models]), axis=1)
+        # P(y = c) = sigmoid(logit_c): the largest probability is the largest logit.
+        probabilities = [model.predict_cumulative(x)[:, 0] for model in self.models]
+        return np.argmax(np.column_stack(probabilities), axis=1)
 
     @property
     def n_basis_(self) -> int:
