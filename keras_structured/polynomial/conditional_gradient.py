@@ -50,6 +50,9 @@ REFIT_GAP_FRACTION = 0.5
 """The refit of ``V`` stops once its own gap is this fraction of the current Frank-Wolfe gap: the
 Frank-Wolfe step alone guarantees convergence, so the refit only needs to be accurate relative
 to the progress still to be made (and its cost was most of the fit)."""
+FINAL_REFIT_FACTOR = 10
+"""The refit after the last basis vector (``max_basis`` or ``max_iter`` reached) gives the returned
+``V``: it runs up to this many times ``refit_iter`` steps, to a gap of ``0.1 tol F(0)``."""
 
 
 class ConvergenceWarning(UserWarning):
@@ -392,9 +395,11 @@ def conditional_gradient(
         projections = np.hstack([projections, z_h[:, None]])
         output_weights = np.vstack([(1.0 - gamma) * output_weights, gamma * atom])
         if refit is not None:
+            last = iteration == max_iter - 1 or (max_basis is not None and basis.shape[0] >= max_basis)
             output_weights = refit_output_weights(
-                projections**2, y, output_weights, loss, penalty, tau, n_iter=refit_iter,
-                gap_tol=REFIT_GAP_FRACTION * lower_gaps[-1],
+                projections**2, y, output_weights, loss, penalty, tau,
+                n_iter=FINAL_REFIT_FACTOR * refit_iter if last else refit_iter,
+                gap_tol=0.1 * tol * initial_value if last else REFIT_GAP_FRACTION * lower_gaps[-1],
             )  # fmt: skip
         if refit == "HV":
             basis, output_weights = refit_jointly(
