@@ -148,3 +148,22 @@ def test_not_fitted_tags_and_sparse_input(estimator):
     sparse = clone(model).fit(sp.csr_matrix(x), y).predict(sp.csc_matrix(x))
     np.testing.assert_allclose(sparse, dense, rtol=1e-3, atol=1e-3)  # rounding, amplified by the refits
     assert model.n_features_in_ == 5 and model.score(x, y) <= 1.0
+
+
+def test_only_the_estimator_modules_import_scikit_learn():
+    """``import keras_structured`` must not need the ``polynomial`` extra (checked on the sources)."""
+    import ast
+    from pathlib import Path
+
+    import keras_structured
+
+    allowed = {"estimators.py", "ordinal.py"}
+    for path in Path(keras_structured.__file__).parent.rglob("*.py"):
+        imports = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imports |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imports.add(node.module.split(".")[0])
+        if "sklearn" in imports:
+            assert path.parent.name == "polynomial" and path.name in allowed, path

@@ -121,8 +121,8 @@ def select_basis(
     basis: np.ndarray | None = None,
     target: float = np.inf,
     vertex_limit: int = 1024,
-    max_starts: int = 8,
-    n_iter: int = 10,
+    max_starts: int | None = None,
+    n_iter: int | None = None,
     max_evaluations: int = 20000,
 ) -> Selection:
     """The basis vector ``h ~ argmax_{||h||_2 <= 1} ||g_h||_p`` with bounds on the maximum ``Omega*(G)``.
@@ -139,8 +139,9 @@ def select_basis(
             most ``target`` or ``max_evaluations`` eigenproblems were solved: enough to decide
             whether ``Omega*(G) <= target`` (a stopping test), and no more.
         vertex_limit: enumerate the extreme points of the row ball if there are at most this many.
-        max_starts: the number of best candidates improved by :func:`alternating_maximization`.
-        n_iter: its iteration cap.
+        max_starts: the number of best candidates improved by :func:`alternating_maximization`
+            (default: ``gammas.search_effort[0]``).
+        n_iter: its iteration cap (default: ``gammas.search_effort[1]``).
         max_evaluations: the budget of the branch and bound.
 
     Returns:
@@ -155,6 +156,8 @@ def select_basis(
         ([0.0, 1.0], 3.0, True)
     """
     m = gammas.n_outputs
+    max_starts = gammas.search_effort[0] if max_starts is None else max_starts
+    n_iter = gammas.search_effort[1] if n_iter is None else n_iter
     vertices = penalty.vertices(m, vertex_limit)
     if vertices is not None:
         _, vectors, upper = gammas.top_eigenpairs(vertices)

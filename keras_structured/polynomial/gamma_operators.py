@@ -33,6 +33,8 @@ class GammaOperators(abc.ABC):
 
     certified: bool
     """Whether the eigenvalues are exact up to rounding (dense) rather than Lanczos estimates."""
+    search_effort: tuple[int, int]
+    """``(starts, rounds)`` of the candidate search of basis selection that these eigenproblems afford."""
 
     def __init__(self, x: np.ndarray | sp.spmatrix, d: np.ndarray):
         self.x, self.d = x, d
@@ -73,6 +75,7 @@ class DenseGammas(GammaOperators):
     """
 
     certified = True
+    search_effort = (8, 10)
 
     def __init__(self, x, d):
         super().__init__(x, d)
@@ -109,8 +112,9 @@ class LanczosGammas(GammaOperators):
     """
 
     certified = False
+    search_effort = (2, 3)  # every eigenproblem is a Lanczos run over X
 
-    def __init__(self, x, d, tol: float = 1e-8, rng: np.random.Generator | None = None):
+    def __init__(self, x, d, tol: float = 1e-6, rng: np.random.Generator | None = None):
         super().__init__(x, d)
         self.tol = tol
         self.rng = np.random.default_rng(0) if rng is None else rng
