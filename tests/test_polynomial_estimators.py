@@ -23,6 +23,7 @@ SLOW = pytest.mark.slow
 ENVIRONMENT_SKIPS = {
     "check_array_api_input",  # skipped unless SCIPY_ARRAY_API=1 and array-api-compat are set up
     "check_classifier_data_not_an_array",  # skipped when pandas is not installed
+    "check_regressor_data_not_an_array",  # idem
 }
 
 

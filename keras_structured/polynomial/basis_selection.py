@@ -20,7 +20,10 @@ row ball ``{Omega(w) <= 1}`` is reached at one of its extreme points:
 * ``l1/l2`` (``p = 2``): the whole unit sphere, where maximising a convex function is hard
   in general (a quartic form on the sphere). The value is that of the best candidate; the
   upper bound is the smaller of ``||(||Gamma_c||_2)_c||_2`` and the Cauchy-Schwarz bound
-  ``||g_h||_2^2 = sum_c (h^T Gamma_c h)^2 <= h^T (sum_c Gamma_c^2) h <= lambda_max(sum_c Gamma_c^2)``.
+  ``||g_h||_2^2 = sum_c (h^T Gamma_c h)^2 <= h^T (sum_c Gamma_c^2) h <= lambda_max(sum_c Gamma_c^2)``,
+  refined on request (``target``) by branch and bound over the sphere of ``w``
+  (:mod:`~keras_structured.polynomial.sphere_bound`), which converges to ``Omega*(G)`` but in
+  time exponential in ``m`` at worst.
 
 Candidates, when the vertices are not enumerated: the extreme eigenvectors of every
 ``Gamma_c`` and the network's current basis vectors (normalised; they guarantee
