@@ -315,7 +315,7 @@ def conditional_gradient(
     max_basis: int | None = None,
     tol: float = 1e-3,
     refit: str | None = "V",
-    refit_iter: int = 300,
+    refit_iter: int = 50,
     dense_max_features: int = 500,
     rng: np.random.Generator | None = None,
     verbose: bool = False,
