@@ -201,3 +201,21 @@ def test_seeds_and_row_orders_agree_within_the_reported_gap(name):
         assert gap >= 0
         for other, other_gap in finals:
             assert abs(value - other) <= max(gap, other_gap) + 1e-9 * value
+
+
+@pytest.mark.parametrize("name", PENALTIES)
+def test_lanczos_path_follows_the_dense_path(name):
+    """Many features (here forced with ``dense_max_features``): Lanczos eigenpairs, uncertified
+    bounds, the same iterates up to the eigensolver's tolerance."""
+    x, y = _problem(2, n=80, d=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dense, lanczos = (
+            conditional_gradient(
+                x, y, get_loss("logistic"), get_penalty(name), 20.0, max_iter=4, dense_max_features=limit
+            )
+            for limit in (500, 5)
+        )
+    assert dense.certified and not lanczos.certified
+    np.testing.assert_allclose(lanczos.objective_history, dense.objective_history, rtol=1e-3)
+    assert np.all(lanczos.gap_history >= lanczos.lower_gap_history)

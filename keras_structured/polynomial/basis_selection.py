@@ -123,10 +123,10 @@ def select_basis(
     penalty: Penalty,
     basis: np.ndarray | None = None,
     target: float = np.inf,
-    vertex_limit: int = 1024,
+    vertex_limit: int | None = None,
     max_starts: int | None = None,
     n_iter: int | None = None,
-    max_evaluations: int = 20000,
+    max_evaluations: int | None = None,
 ) -> Selection:
     """The basis vector ``h ~ argmax_{||h||_2 <= 1} ||g_h||_p`` with bounds on the maximum ``Omega*(G)``.
 
@@ -142,10 +142,11 @@ def select_basis(
             most ``target`` or ``max_evaluations`` eigenproblems were solved: enough to decide
             whether ``Omega*(G) <= target`` (a stopping test), and no more.
         vertex_limit: enumerate the extreme points of the row ball if there are at most this many.
-        max_starts: the number of best candidates improved by :func:`alternating_maximization`
-            (default: ``gammas.search_effort[0]``).
-        n_iter: its iteration cap (default: ``gammas.search_effort[1]``).
+        max_starts: the number of best candidates improved by :func:`alternating_maximization`.
+        n_iter: its iteration cap.
         max_evaluations: the budget of the branch and bound.
+
+    The last four default to ``gammas.search_effort`` (fewer eigenproblems for Lanczos).
 
     Returns:
         A :class:`Selection`.
@@ -159,8 +160,11 @@ def select_basis(
         ([0.0, 1.0], 3.0, True)
     """
     m = gammas.n_outputs
-    max_starts = gammas.search_effort[0] if max_starts is None else max_starts
-    n_iter = gammas.search_effort[1] if n_iter is None else n_iter
+    effort = gammas.search_effort
+    vertex_limit = effort.vertices if vertex_limit is None else vertex_limit
+    max_starts = effort.starts if max_starts is None else max_starts
+    n_iter = effort.rounds if n_iter is None else n_iter
+    max_evaluations = effort.evaluations if max_evaluations is None else max_evaluations
     vertices = penalty.vertices(m, vertex_limit)
     if vertices is not None:
         _, vectors, upper = gammas.top_eigenpairs(vertices)

@@ -22,10 +22,24 @@ implementations give them:
 from __future__ import annotations
 
 import abc
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, eigsh
+
+
+class SearchEffort(NamedTuple):
+    """Defaults of :func:`~keras_structured.polynomial.basis_selection.select_basis`, per kind of operator."""
+
+    starts: int
+    """Candidates improved by alternating maximisation."""
+    rounds: int
+    """Rounds of alternating maximisation."""
+    vertices: int
+    """Largest number of row-ball vertices enumerated."""
+    evaluations: int
+    """Eigenproblems of the ``l1/l2`` branch and bound."""
 
 
 class GammaOperators(abc.ABC):
@@ -33,8 +47,8 @@ class GammaOperators(abc.ABC):
 
     certified: bool
     """Whether the eigenvalues are exact up to rounding (dense) rather than Lanczos estimates."""
-    search_effort: tuple[int, int]
-    """``(starts, rounds)`` of the candidate search of basis selection that these eigenproblems afford."""
+    search_effort: SearchEffort
+    """How many eigenproblems basis selection may solve with these operators."""
 
     def __init__(self, x: np.ndarray | sp.spmatrix, d: np.ndarray):
         self.x, self.d = x, d
@@ -75,7 +89,7 @@ class DenseGammas(GammaOperators):
     """
 
     certified = True
-    search_effort = (8, 10)
+    search_effort = SearchEffort(starts=8, rounds=10, vertices=1024, evaluations=20000)
 
     def __init__(self, x, d):
         super().__init__(x, d)
@@ -112,7 +126,7 @@ class LanczosGammas(GammaOperators):
     """
 
     certified = False
-    search_effort = (2, 3)  # every eigenproblem is a Lanczos run over X
+    search_effort = SearchEffort(starts=2, rounds=3, vertices=64, evaluations=64)  # each a Lanczos run
 
     def __init__(self, x, d, tol: float = 1e-6, rng: np.random.Generator | None = None):
         super().__init__(x, d)
