@@ -122,7 +122,7 @@ class PolynomialNetworkEstimator(BaseEstimator):
         """The ``(n, m)`` loss targets of the training labels ``y``; sets label attributes."""
         raise NotImplementedError
 
-    def _validate_y(self, X, y):
+    def _check_training_data(self, X, y):
         """``(X, y)`` checked by scikit-learn's ``validate_data`` (sets ``n_features_in_``)."""
         return validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
 
@@ -133,7 +133,7 @@ class PolynomialNetworkEstimator(BaseEstimator):
             ``self``.
         """
         self._check_params()
-        X, y = self._validate_y(X, y)
+        X, y = self._check_training_data(X, y)
         targets = self._targets(y)
         result = conditional_gradient(
             check_features(X, self.augment),
@@ -274,7 +274,7 @@ class PolynomialNetworkRegressor(RegressorMixin, PolynomialNetworkEstimator):
         tags.target_tags.multi_output = True
         return tags
 
-    def _validate_y(self, X, y):
+    def _check_training_data(self, X, y):
         return validate_data(
             self, X, y, accept_sparse="csr", dtype=np.float64, multi_output=True, y_numeric=True
         )
