@@ -16,8 +16,9 @@ over basis vectors ``||h||_2 <= 1``. Every iteration
    ``tau ||g_h||_p - <D, O>`` (``lower_gap_history``, a lower bound on the gap);
 3. steps ``U <- (1 - gamma) U + gamma tau s e_h`` with ``s`` the dual-norm subgradient row
    and ``gamma`` from an exact line search;
-4. refits (corrective step) ``V`` for the fixed basis ``H`` by projected FISTA on
-   ``{Omega(V) <= tau}`` (``refit="V"``), optionally followed by a joint non-convex
+4. refits (corrective step) ``V`` for the fixed basis ``H`` by the spectral projected gradient
+   on ``{Omega(V) <= tau}`` (``refit="V"``, :func:`refit_output_weights`; loosely while the
+   gap is large, tightly after the last basis vector), optionally followed by a joint non-convex
    projected-gradient refit of ``H`` (rows in the unit ball) and ``V`` (``refit="HV"``), and
    drops the basis vectors whose output weights became zero.
 
@@ -25,8 +26,8 @@ What the gap certifies depends on the penalty and on the number of features
 (:mod:`~keras_structured.polynomial.basis_selection`): with at most ``dense_max_features``
 features the ``Gamma_c`` are formed and ``gap_history`` is a certified upper bound on
 ``F(U) - F(U*)`` (up to rounding); it equals the exact gap for ``l1`` and for ``l1/linf`` with
-``2^m <= vertex_limit``, and is a relaxation (possibly loose) for ``l1/l2``. With more
-features, eigenpairs come from Lanczos and the bounds are estimates.
+at most 10 outputs, and is a relaxation (possibly loose) for ``l1/l2`` and for ``l1/linf`` with
+more outputs. With more features, eigenpairs come from Lanczos and the bounds are estimates.
 
 All steps are numpy/scipy; ``X`` may be ``scipy.sparse``.
 """
