@@ -72,8 +72,8 @@ def alternating_maximization(
     """Improves every column of ``h (d, S)`` by ``w <- dual_row(g_h)``, ``h <- top eigvec Gamma(w)``.
 
     Each step solves ``max_w <w, g_h>`` over ``{Omega(w) <= 1}`` or ``max_{||h|| <= 1} h^T Gamma(w) h``
-    exactly, so ``||g_h||_p`` never decreases; stops when no column gains more than ``tol``
-    (relative) or after ``n_iter`` rounds.
+    exactly, so ``||g_h||_p`` never decreases; a column stops once it gains at most ``tol`` (relative
+    to the best value), all stop after ``n_iter`` rounds.
 
     Returns:
         ``(h, g)``: the improved unit vectors ``(d, S)`` and their rows ``(S, m)``.
@@ -88,15 +88,17 @@ def alternating_maximization(
     """
     g = gammas.rows(h)
     value = penalty.row_norms(g)
+    active = np.arange(h.shape[1])
     for _ in range(n_iter):
-        _, new_h, _ = gammas.top_eigenpairs(penalty.dual_row(g), starts=h)
+        _, new_h, _ = gammas.top_eigenpairs(penalty.dual_row(g[active]), starts=h[:, active])
         new_g = gammas.rows(new_h)
         new_value = penalty.row_norms(new_g)
-        better = new_value > value
-        h[:, better], g[better] = new_h[:, better], new_g[better]
-        gain = np.max(new_value - value, initial=0.0)
-        value = np.maximum(value, new_value)
-        if gain <= tol * max(float(value.max()), 1e-300):
+        gain = new_value - value[active]
+        better = gain > 0
+        h[:, active[better]], g[active[better]] = new_h[:, better], new_g[better]
+        value[active[better]] = new_value[better]
+        active = active[gain > tol * max(float(value.max()), 1e-300)]
+        if not active.size:
             break
     return h, g
 
