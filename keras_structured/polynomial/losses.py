@@ -77,11 +77,14 @@ class LogisticLoss(Loss):
 
     def value_and_gradient(self, y, o):
         # One exponential for both; y's rows sum to 1, so -<y, log_softmax(o)> = lse(o) - <y, o>.
-        shifted = o - o.max(axis=-1, keepdims=True)
-        exponentials = np.exp(shifted)
-        totals = exponentials.sum(axis=-1, keepdims=True)
-        value = float(np.sum(np.log(totals)) - np.sum(y * shifted))
-        return value, exponentials / totals - y
+        # In place: every new (n, m) array costs fresh pages, more than the arithmetic.
+        work = o - o.max(axis=-1, keepdims=True)
+        inner = float(np.einsum("ic,ic->", y, work))
+        np.exp(work, out=work)
+        totals = work.sum(axis=-1, keepdims=True)
+        work *= 1.0 / totals
+        work -= y
+        return float(np.sum(np.log(totals))) - inner, work
 
 
 class SmoothedHingeLoss(Loss):
