@@ -1,6 +1,21 @@
-"""Cost of conditional-gradient training of polynomial networks on sparse one-hot features.
+"""Cost of conditional-gradient training of polynomial networks, two tasks (``--task``).
 
-Measured on MovieLens 100K (all 100,000 ratings as the sparse one-hot rows of
+``--task logistic`` (side by side, one run): on a multi-class set (``--dataset``, default
+satellite; splits and standardisation of ``examples/_common/polynomial_data.py``), the wall time
+and test accuracy of
+
+* ``PolynomialNetworkClassifier(penalty="l1/l2", tau=--tau, max_basis=--budget)`` (multinomial
+  logistic loss, ``refit="V"``, ``max_iter=3 k``, ``tol=1e-4``, the settings of
+  ``examples/polynomial_multiclass.py``), and
+* scikit-learn's ``LogisticRegression(C=--C, max_iter=1000)`` (lbfgs, multinomial) on
+  ``PolynomialFeatures(2)`` of the features, standardised (``StandardScaler``): the same model
+  class (all degree-2 monomials) fitted explicitly;
+
+the median of ``--repeats`` fits each (alternating), and the ratio ``CG time / LR time``
+(target: at most 1 at equal or better accuracy). ``--profile`` prints the ten functions with
+the largest cumulative time of one more CG fit (``cProfile``).
+
+``--task scaling`` (default): measured on MovieLens 100K (all 100,000 ratings as the sparse one-hot rows of
 ``examples/_common/polynomial_data.py``: 2,674 columns, 6-11 non-zeros a row), for every number of
 ratings ``n`` in ``--sizes`` (a seeded subsample):
 
@@ -21,12 +36,17 @@ ratings ``n`` in ``--sizes`` (a seeded subsample):
   it includes the TensorFlow runtime imported with the package, so it is not the trainer's.
 
 Run:  python benchmarks/bench_polynomial.py --sizes 10000,30000,100000 --iterations 5
+      python benchmarks/bench_polynomial.py --task logistic --repeats 3
+(BLAS threads: set ``OMP_NUM_THREADS`` the same for both tasks' runs; on a shared machine, 1.)
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import resource
 import sys
 import time
@@ -41,10 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from _common.experiments import add_common_arguments, int_list, log, markdown_table, subsample, write_csv  # noqa: E402
-from _common.polynomial_data import load_movielens  # noqa: E402
+from _common.polynomial_data import load_movielens, load_multiclass  # noqa: E402
 
+from keras_structured.polynomial import OrdinalPolynomialNetwork, PolynomialNetworkClassifier  # noqa: E402
 from keras_structured.polynomial.conditional_gradient import check_features  # noqa: E402
-from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402
 
 
 def _product_seconds(x: sp.csr_matrix, rng: np.random.Generator, repeats: int = 50) -> float:
@@ -93,18 +113,90 @@ def slope(n: Sequence[float], seconds: Sequence[float]) -> float:
     return float(np.polyfit(np.log(n), np.log(seconds), 1)[0])
 
 
+def _timed_fit(make_model, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> dict:
+    """Wall time and test accuracy of ``make_model().fit(x, y)``."""
+    model = make_model()
+    start = time.perf_counter()
+    model.fit(x, y)
+    seconds = time.perf_counter() - start
+    return dict(seconds=seconds, accuracy=float(np.mean(model.predict(x_test) == y_test)), model=model)
+
+
+def compare_logistic(args: argparse.Namespace) -> list[dict]:
+    """``--task logistic``: CG l1/l2 against logistic regression on explicit degree-2 features."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+
+    data = load_multiclass(args.dataset, args.data_dir, split_seed=args.seed)
+    models = {
+        f"cg l1/l2 k={args.budget}": lambda: PolynomialNetworkClassifier(
+            penalty="l1/l2", tau=args.tau, max_basis=args.budget, max_iter=3 * args.budget, tol=1e-4,
+            random_state=args.seed,
+        ),
+        "logistic regression, PolynomialFeatures(2)": lambda: make_pipeline(
+            PolynomialFeatures(2), StandardScaler(), LogisticRegression(C=args.C, max_iter=1000)
+        ),
+    }  # fmt: skip
+    fits = {name: [] for name in models}
+    for repeat in range(args.repeats):
+        for name, make_model in models.items():
+            fits[name].append(_timed_fit(make_model, data.x_train, data.y_train, data.x_test, data.y_test))
+            log(f"{name} fit {repeat + 1}: {fits[name][-1]['seconds']:.2f}s")
+    rows = [
+        dict(
+            dataset=args.dataset,
+            model=name,
+            seconds=float(np.median([fit["seconds"] for fit in runs])),
+            test_accuracy=runs[0]["accuracy"],
+        )
+        for name, runs in fits.items()
+    ]
+    cg, lr = rows
+    cg["basis_vectors"] = fits[cg["model"]][0]["model"].n_basis_
+    lr["basis_vectors"] = ""
+    write_csv(args.out, rows)
+    print(markdown_table(rows, ["dataset", "model", "basis_vectors", "seconds", "test_accuracy"]))
+    ratio, difference = cg["seconds"] / lr["seconds"], cg["test_accuracy"] - lr["test_accuracy"]
+    print(
+        f"\ntime ratio CG / LR: {ratio:.2f} (<= 1: {ratio <= 1}); "
+        f"accuracy CG - LR: {difference:+.4f} (>= 0: {difference >= 0})"
+    )
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(models[cg["model"]]().fit, data.x_train, data.y_train)
+        stream = io.StringIO()
+        pstats.Stats(profile, stream=stream).sort_stats("cumulative").print_stats(10)
+        print(stream.getvalue())
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict]:
-    """Runs the benchmark; returns one row per size (also written to ``--out``)."""
+    """Runs the benchmark; returns one row per size or model (also written to ``--out``)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_common_arguments(parser, out="runs/bench_polynomial.csv")
-    parser.add_argument("--sizes", type=int_list, default=[10000, 30000, 100000], help="numbers of ratings n")
+    parser.add_argument("--task", choices=("scaling", "logistic"), default="scaling", help="what to run")
+    parser.add_argument("--sizes", type=int_list, default=[10000, 30000, 100000], help="scaling: ratings n")
     parser.add_argument("--iterations", type=int, default=5, help="basis vectors per fit")
-    parser.add_argument("--repeats", type=int, default=1, help="timed fits per size (median)")
-    parser.add_argument("--tau", type=float, default=30.0, help="l1/l2 budget tau")
+    parser.add_argument("--repeats", type=int, default=1, help="timed fits per size or model (median)")
+    parser.add_argument("--tau", type=float, default=None, help="l1/l2 budget (30 scaling, 100 logistic)")
+    parser.add_argument("--dataset", default="satellite", help="logistic: the multi-class set")
+    parser.add_argument("--budget", type=int, default=40, help="logistic: basis vectors k of the CG model")
+    parser.add_argument("--C", type=float, default=1.0, help="logistic: inverse regularisation of LR")
+    parser.add_argument("--profile", action="store_true", help="logistic: profile one more CG fit")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="Conditional gradient did not converge")
+    if args.task == "logistic":
+        args.tau = 100.0 if args.tau is None else args.tau
+        return compare_logistic(args)
+    args.tau = 30.0 if args.tau is None else args.tau
+    return scaling(args)
+
+
+def scaling(args: argparse.Namespace) -> list[dict]:
+    """``--task scaling``: time per iteration and memory against the number of ratings."""
     data = load_movielens(args.data_dir, split_seed=args.seed)
     x_all = sp.vstack([data.x_train, data.x_test], format="csr")
     y_all = np.concatenate([data.y_train, data.y_test])

@@ -71,7 +71,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-train", type=int, default=None, help="seeded subset of the training ratings")
     parser.add_argument("--max-test", type=int, default=None, help="seeded subset of the test ratings")
     parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
-    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
+    parser.add_argument("--refit-iter", type=int, default=50, help="iterations of each corrective refit")
     parser.add_argument("--fm-epochs", type=int, default=30, help="maximum Adam epochs of the FM")
     parser.add_argument("--fm-lr", type=float, default=1e-3, help="Adam learning rate of the FM")
     parser.add_argument(
@@ -97,12 +97,12 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from _common.polynomial_data import RatingSplit, load_movielens  # noqa: E402
 
-from keras_structured.polynomial import FactorizationMachine  # noqa: E402
-from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
+from keras_structured.polynomial import (  # noqa: E402
     ConvergenceWarning,
+    FactorizationMachine,
+    OrdinalPolynomialNetwork,
     PolynomialNetworkRegressor,
 )
-from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402
 
 
 def ndcg_at(users: np.ndarray, ratings: np.ndarray, scores: np.ndarray, cutoff: int = 10) -> float:

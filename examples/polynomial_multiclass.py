@@ -83,7 +83,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-train", type=int, default=None, help="use a seeded subset of the training rows"
     )
     parser.add_argument("--tol", type=float, default=1e-4, help="relative Frank-Wolfe gap tolerance")
-    parser.add_argument("--refit-iter", type=int, default=300, help="iterations of each corrective refit")
+    parser.add_argument("--refit-iter", type=int, default=50, help="iterations of each corrective refit")
     parser.add_argument("--epochs", type=int, default=60, help="Adam epochs of the sgd model")
     parser.add_argument("--batch-size", type=int, default=64, help="Adam batch size of the sgd model")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate of the sgd model")
@@ -110,12 +110,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_structured.polynomial import PolynomialNetwork  # noqa: E402
-from keras_structured.polynomial.conditional_gradient import (  # noqa: E402
+from keras_structured.polynomial import (  # noqa: E402
     ConvergenceWarning,
+    OrdinalPolynomialNetwork,
+    PolynomialNetwork,
     PolynomialNetworkClassifier,
 )
-from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork  # noqa: E402
 
 
 def _cg_kwargs(args: argparse.Namespace, budget: int) -> dict:
@@ -147,7 +147,9 @@ class OneVsRestNetworks:
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return np.argmax(np.column_stack([model.decision_function(x)[:, 0] for model in self.models]), axis=1)
+        # P(y = c) = sigmoid(logit_c): the largest probability is the largest logit.
+        probabilities = [model.predict_cumulative(x)[:, 0] for model in self.models]
+        return np.argmax(np.column_stack(probabilities), axis=1)
 
     @property
     def n_basis_(self) -> int:

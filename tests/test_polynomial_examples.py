@@ -123,3 +123,12 @@ def test_benchmark_tiny(tmp_path, capsys):
     assert [row["n"] for row in rows] == [500, 1000]
     assert all(row["seconds_per_iteration"] > 0 and row["peak_mib"] > 0 for row in rows)
     assert "scaling exponent" in capsys.readouterr().out
+
+
+def test_benchmark_logistic_tiny(tmp_path, capsys):
+    rows = bench_polynomial.main(
+        ["--task", "logistic", "--dataset", "vowel", "--budget", "3", "--out", str(tmp_path / "l.csv")]
+    )
+    assert [row["model"] for row in rows] == ["cg l1/l2 k=3", "logistic regression, PolynomialFeatures(2)"]
+    assert all(row["seconds"] > 0 and 0.0 <= row["test_accuracy"] <= 1.0 for row in rows)
+    assert "time ratio CG / LR" in capsys.readouterr().out

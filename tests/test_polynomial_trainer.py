@@ -6,20 +6,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_classification
+from sklearn.exceptions import NotFittedError
 
-from keras_structured.polynomial.basis_selection import (
-    power_method,
-    quadratic_forms,
-    refine_basis,
-    select_basis,
-)
+from keras_structured.polynomial.basis_selection import select_basis
 from keras_structured.polynomial.conditional_gradient import (
     ConvergenceWarning,
-    PolynomialNetworkClassifier,
-    PolynomialNetworkRegressor,
     check_features,
     network_outputs,
 )
+from keras_structured.polynomial.estimators import PolynomialNetworkClassifier, PolynomialNetworkRegressor
+from keras_structured.polynomial.gamma_operators import DenseGammas
 from keras_structured.polynomial.losses import get_loss
 from keras_structured.polynomial.ordinal import OrdinalPolynomialNetwork
 from keras_structured.polynomial.penalties import get_penalty
@@ -33,12 +29,15 @@ def _explicit_gammas(x, d):
     return np.einsum("ia,ic,ib->cab", x, d, x)
 
 
-def _planted_problem(seed=0, n=500, d=10, k=3, m=4):
+def _planted_problem(seed=0, n=500, d=10, k=3, m=4, weights_only=False):
+    """``(X, O)`` for a network of ``k`` unit basis vectors (or only its ``V``)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, d))
     basis = rng.standard_normal((k, d + 1))
     basis /= np.linalg.norm(basis, axis=1, keepdims=True)
     output_weights = rng.standard_normal((k, m))
+    if weights_only:
+        return output_weights
     return x, network_outputs(check_features(x, augment=True), basis, output_weights)
 
 
@@ -49,61 +48,15 @@ def _r2(pred, y):
 # ---------------------------------------------------------------- basis selection
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_power_method_matches_eigh(seed):
-    rng = np.random.default_rng(seed)
-    x, d = rng.standard_normal((40, 8)), rng.standard_normal((40, 3))
-    h, eigenvalues = power_method(x, d, n_iter=20000, tol=1e-10, rng=rng)
-    for c, gamma in enumerate(_explicit_gammas(x, d)):
-        spectrum = np.linalg.eigvalsh(gamma)
-        top = spectrum[np.argmax(np.abs(spectrum))]
-        np.testing.assert_allclose(eigenvalues[c], top, rtol=1e-6)
-        np.testing.assert_allclose(np.linalg.norm(h[:, c]), 1.0)
-        np.testing.assert_allclose(gamma @ h[:, c], top * h[:, c], atol=1e-4 * abs(top))
-
-
-def test_quadratic_forms_are_the_gradient_rows():
-    rng = np.random.default_rng(0)
-    x, d, h = rng.standard_normal((30, 5)), rng.standard_normal((30, 4)), rng.standard_normal((5, 2))
-    expected = np.einsum("ja,cab,jb->jc", h.T, _explicit_gammas(x, d), h.T)
-    np.testing.assert_allclose(quadratic_forms(x @ h, d), expected, rtol=1e-10)
-
-
-@pytest.mark.parametrize("penalty", ["l1/l2", "l1/linf"])
-@pytest.mark.parametrize("seed", range(3))
-def test_refinement_improves_and_keeps_the_guarantee(penalty, seed):
-    """Generalized power method: never worse than its start, and within ``nu`` of the optimum
-    (brute force over the unit circle, ``d = 2``)."""
-    rng = np.random.default_rng(seed)
-    m = 4
-    x, d = rng.standard_normal((50, 2)), rng.standard_normal((50, m))
-    penalty = get_penalty(penalty)
-    angles = np.linspace(0.0, np.pi, 20001)
-    circle = np.stack([np.cos(angles), np.sin(angles)])
-    best = penalty.row_norms(quadratic_forms(x @ circle, d)).max()
-    h, g = select_basis(x, d, penalty, rng=rng)
-    np.testing.assert_allclose(g, quadratic_forms(x @ h[:, None], d)[0], rtol=1e-10)
-    np.testing.assert_allclose(np.linalg.norm(h), 1.0)
-    nu = 1.0 / np.sqrt(m) if penalty.dual_exponent == 2 else 1.0 / m
-    assert penalty.row_norms(g)[0] >= (1 - 1e-6) * nu * best
-    start = rng.standard_normal(2)
-    start /= np.linalg.norm(start)
-    refined, refined_g = refine_basis(x, d, start, penalty.dual_exponent)
-    np.testing.assert_allclose(np.linalg.norm(refined), 1.0)
-    start_norm = penalty.row_norms(quadratic_forms(x @ start[:, None], d))[0]
-    # Armijo increases f_2 = ||g||_2^2 / 2, or sum_c huber(g_c) >= ||g||_1 - m / 2 (delta = 1).
-    slack = 0.0 if penalty.dual_exponent == 2 else m / 2
-    assert penalty.row_norms(refined_g)[0] >= start_norm - slack - 1e-9
-
-
-def test_l2_refinement_reaches_the_brute_force_optimum_on_easy_problems():
+def test_l2_selection_reaches_the_brute_force_optimum_on_easy_problems():
     rng = np.random.default_rng(3)
     x, d = rng.standard_normal((50, 2)), np.abs(rng.standard_normal((50, 3)))  # all Gamma_c PSD
     penalty = get_penalty("l1/l2")
     angles = np.linspace(0.0, np.pi, 200001)
-    best = penalty.row_norms(quadratic_forms(x @ np.stack([np.cos(angles), np.sin(angles)]), d)).max()
-    _, g = select_basis(x, d, penalty, rng=rng)
-    np.testing.assert_allclose(penalty.row_norms(g)[0], best, rtol=1e-6)
+    circle = np.stack([np.cos(angles), np.sin(angles)])
+    best = penalty.row_norms(((x @ circle) ** 2).T @ d).max()
+    selection = select_basis(DenseGammas(x, d), penalty)
+    np.testing.assert_allclose(selection.value, best, rtol=1e-6)
 
 
 # ---------------------------------------------------------------- losses and penalties
@@ -208,24 +161,31 @@ def test_gap_history_ends_with_the_exact_frank_wolfe_gap():
     x, y = make_classification(n_samples=60, n_features=4, n_informative=3, n_redundant=0, random_state=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf = PolynomialNetworkClassifier(penalty="l1", tau=5.0, max_iter=3, power_iter=5000, random_state=0)
-        clf.fit(x, y)
-    outputs = clf.decision_function(x)
+        clf = PolynomialNetworkClassifier(penalty="l1", tau=5.0, max_iter=3, random_state=0).fit(x, y)
+    outputs = network_outputs(check_features(x, augment=True), clf.basis_, clf.output_weights_)
     d = -get_loss("logistic").gradient(np.eye(2)[y], outputs)
     spectra = np.linalg.eigvalsh(_explicit_gammas(check_features(x, augment=True), d))
     expected = 5.0 * np.abs(spectra).max() - np.sum(d * outputs)
-    np.testing.assert_allclose(clf.gap_history_[-1], expected, rtol=1e-6)
-    assert clf.gap_history_[-1] >= 0
+    np.testing.assert_allclose(clf.gap_history_[-1], expected, rtol=1e-9)
+    np.testing.assert_allclose(clf.lower_gap_history_, clf.gap_history_, rtol=1e-9)
+    assert clf.gap_certified_
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_planted_shared_basis_is_recovered(seed):
-    """Outputs built on k = 3 shared basis vectors (m = 4, d = 10, n = 500): R^2 >= 0.99 with <= 2k."""
-    x, y = _planted_problem(seed)
-    reg = PolynomialNetworkRegressor(tau=5.0, refit="HV", max_iter=6, tol=1e-4, random_state=0).fit(x, y)
-    assert reg.converged_
-    assert reg.n_basis_ <= 6
-    assert _r2(reg.predict(x), y) >= 0.99
+@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (1, 2))])
+def test_planted_shared_basis_reaches_the_noise_floor(seed):
+    """Outputs of k = 3 shared basis vectors (m = 4, d = 10, n = 500) plus Gaussian noise (10% of
+    the signal's standard deviation), ``tau = Omega(V_true)``: 30 iterations with the joint refit
+    reach the noise floor ``||noise||^2 / 2`` within 10% and recover the noiseless outputs."""
+    x, clean = _planted_problem(seed)
+    noise = 0.1 * np.std(clean) * np.random.default_rng(seed + 10).standard_normal(clean.shape)
+    tau = get_penalty("l1/l2").value(_planted_problem(seed, weights_only=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = PolynomialNetworkRegressor(tau=tau, refit="HV", max_iter=30, random_state=0)
+        reg.fit(x, clean + noise)
+    floor = 0.5 * np.sum(noise**2)
+    assert 0.9 * floor <= reg.objective_history_[-1] <= 1.1 * floor, reg.objective_history_[-1]
+    assert _r2(reg.predict(x), clean) >= 0.99
     assert reg.basis_.shape == (reg.n_basis_, 11) and reg.output_weights_.shape == (reg.n_basis_, 4)
 
 
@@ -240,11 +200,14 @@ def test_group_penalty_shares_rows_and_l1_does_not():
     assert np.all(np.any(lasso.output_weights_ != 0, axis=1))
 
 
-@pytest.mark.parametrize("refit, rtol", [("V", 1e-8), ("HV", 1e-5)])  # HV: backtracking amplifies rounding
-def test_sparse_input_gives_the_dense_result(refit, rtol):
+# The refits amplify rounding differences: the Barzilai-Borwein steps of the V refit a little
+# (the objective agrees closely, V along its flat directions less), the non-convex joint refit
+# (HV) more, from one iteration to the next.
+@pytest.mark.parametrize("refit, rtol, max_iter", [("V", 1e-7, 5), ("HV", 1e-5, 2)])
+def test_sparse_input_gives_the_dense_result(refit, rtol, max_iter):
     x, y = make_classification(n_samples=150, n_features=8, n_classes=3, n_informative=4, random_state=1)
     x[np.abs(x) < 0.8] = 0.0
-    kwargs = dict(penalty="l1/linf", tau=10.0, max_iter=5, refit=refit, refit_iter=30, random_state=3)
+    kwargs = dict(penalty="l1/linf", tau=10.0, max_iter=max_iter, refit=refit, refit_iter=30, random_state=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         dense = PolynomialNetworkClassifier(**kwargs).fit(x, y)
@@ -252,7 +215,7 @@ def test_sparse_input_gives_the_dense_result(refit, rtol):
     assert dense.n_basis_ == sparse.n_basis_
     np.testing.assert_allclose(sparse.objective_history_, dense.objective_history_, rtol=rtol)
     np.testing.assert_allclose(
-        sparse.decision_function(sp.csc_matrix(x)), dense.decision_function(x), rtol=rtol, atol=rtol
+        sparse.decision_function(sp.csc_matrix(x)), dense.decision_function(x), rtol=1e-3, atol=1e-3
     )
 
 
@@ -287,14 +250,13 @@ def test_other_classification_losses_learn(loss):
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf = PolynomialNetworkClassifier(loss=loss, tau=10.0, max_iter=8, random_state=0).fit(x, y)
     assert np.mean(clf.predict(x) == y) >= 0.75
-    with pytest.raises(ValueError, match="loss='logistic'"):
-        clf.predict_proba(x)
+    assert not hasattr(clf, "predict_proba")
 
 
 def test_non_convergence_warning_states_the_gap():
     x, y = make_classification(n_samples=80, n_features=5, n_classes=2, random_state=0)
     clf = PolynomialNetworkClassifier(tau=10.0, max_iter=2, tol=1e-12, random_state=0)
-    with pytest.warns(ConvergenceWarning, match=r"max_iter=2.*gap \d") as record:
+    with pytest.warns(ConvergenceWarning, match=r"max_iter=2.*gap bound \d") as record:
         clf.fit(x, y)
     assert f"{clf.gap_history_[-1]:.3e}" in str(record[0].message)
     assert not clf.converged_
@@ -316,45 +278,23 @@ def test_convergence_stops_early_without_warning():
     assert reg.gap_history_[-1] <= 1e-6 * reg.objective_history_[0]
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        ({"tau": 0}, "Received: tau=0"),
-        ({"tau": -1.0}, "Received: tau=-1.0"),
-        ({"tau": np.inf}, "Received: tau=inf"),
-        ({"penalty": "l2"}, "Received: penalty='l2'"),
-        ({"loss": "hinge"}, "Received: loss='hinge'"),
-        ({"refit": "H"}, "Received: refit='H'"),
-        ({"max_iter": 0}, "Received: max_iter=0"),
-        ({"max_basis": 0}, "Received: max_basis=0"),
-    ],
-)
-def test_bad_arguments_raise(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        PolynomialNetworkClassifier(**kwargs)
-
-
 def test_bad_data_raise():
     x, y = np.random.default_rng(0).standard_normal((10, 3)), np.arange(10) % 3
     clf = PolynomialNetworkClassifier(max_iter=1)
-    with pytest.raises(ValueError, match="Received: label=-1"):
-        clf.fit(x, np.where(y == 0, -1, y))
-    with pytest.raises(ValueError, match="Received: label=0.5"):
+    with pytest.raises(ValueError, match="Unknown label type"):
         clf.fit(x, y + 0.5)
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with pytest.raises(ValueError, match="NaN"):
         clf.fit(np.where(x > 1, np.nan, x), y)
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with pytest.raises(ValueError, match="infinity"):
         clf.fit(sp.csr_matrix(np.where(x > 1, np.inf, x)), y)
-    with pytest.raises(ValueError, match=r"10 rows, y with shape \(9,\)"):
+    with pytest.raises(ValueError, match=r"inconsistent numbers of samples: \[10, 9\]"):
         clf.fit(x, y[:9])
-    with pytest.raises(ValueError, match="not fitted"):
-        clf.predict(x)
-    with pytest.raises(ValueError, match="Received: loss='logistic'"):
-        PolynomialNetworkRegressor(loss="logistic")
+    with pytest.raises(NotFittedError, match="not fitted"):
+        PolynomialNetworkClassifier().predict(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit(x, y)
-    with pytest.raises(ValueError, match="3 features"):
+    with pytest.raises(ValueError, match="expecting 3 features"):
         clf.predict(x[:, :2])
 
 
@@ -378,7 +318,7 @@ def test_ordinal_reduction_learns_ratings(loss):
             loss=loss, tau=20.0, max_iter=10, refit="HV", refit_iter=50, random_state=0
         )
         model.fit(x, y)
-    assert model.n_ratings_ == 5 and model.output_weights_.shape[1] == 4
+    assert model.classes_.tolist() == [1, 2, 3, 4, 5] and model.output_weights_.shape[1] == 4
     assert model.predict_cumulative(x).shape == (400, 4)
     expected = model.predict_expected(x)
     assert np.all((expected >= 1) & (expected <= 5))
@@ -389,9 +329,12 @@ def test_ordinal_reduction_learns_ratings(loss):
     assert np.mean(np.abs(predicted - y) <= 1) >= 0.9
 
 
-def test_ordinal_bad_ratings_raise():
-    x = np.zeros((3, 2))
-    with pytest.raises(ValueError, match="Received: rating=0"):
-        OrdinalPolynomialNetwork().fit(x, [0, 1, 2])
-    with pytest.raises(ValueError, match="Received: loss='smoothed_hinge'"):
-        OrdinalPolynomialNetwork(loss="smoothed_hinge")
+def test_ordinal_labels_are_any_ordered_values():
+    x, y = _ordinal_problem(n=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = OrdinalPolynomialNetwork(tau=20.0, max_iter=5, random_state=0).fit(x, 10 * y)
+        reference = OrdinalPolynomialNetwork(tau=20.0, max_iter=5, random_state=0).fit(x, y)
+    np.testing.assert_array_equal(model.classes_, [10, 20, 30, 40, 50])
+    np.testing.assert_array_equal(model.predict(x), 10 * reference.predict(x))
+    np.testing.assert_allclose(model.predict_expected(x), 10 * reference.predict_expected(x))

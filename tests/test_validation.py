@@ -18,7 +18,7 @@ import keras_structured as ks
 from keras_structured import _validation
 from keras_structured.engine import SequenceStructure, SimplexStructure, SolverOptions, solve
 from keras_structured.engine.options import resolve_options
-from keras_structured.polynomial.conditional_gradient import PolynomialNetworkClassifier
+from keras_structured.polynomial import PolynomialNetworkClassifier
 from keras_structured.projections import InterpolationProjection, L2Ball
 from keras_structured.projections.interpolate import interpolation_coefficient
 from keras_structured.projections.minimize import minimize
@@ -121,6 +121,9 @@ def test_old_checkers_are_gone():
         assert not hasattr(module, name), f"{module.__name__}.{name}"
 
 
+_XY = (np.eye(4, 2), np.array([0, 1, 0, 1]))
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
@@ -136,8 +139,9 @@ def test_old_checkers_are_gone():
         ),
         (lambda: ks.PolynomialNetwork(0, 2), "units must be an integer >= 1"),
         (lambda: ks.FactorizationMachine(2, 1.5), "rank must be an integer >= 1"),
-        (lambda: PolynomialNetworkClassifier(max_iter=0), "max_iter must be an integer >= 1"),
-        (lambda: PolynomialNetworkClassifier(max_basis=True), "max_basis must be an integer >= 1"),
+        # scikit-learn estimators check their arguments in fit
+        (lambda: PolynomialNetworkClassifier(max_iter=0).fit(*_XY), "max_iter must be an integer >= 1"),
+        (lambda: PolynomialNetworkClassifier(max_basis=True).fit(*_XY), "max_basis must be an integer >= 1"),
         (
             lambda: ks.MarginSparseMAPLoss(SimplexStructure(), cost_weight=-1.0),
             "cost_weight must be a finite",

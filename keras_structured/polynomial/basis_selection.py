@@ -1,212 +1,201 @@
-"""Basis vector selection: ``max_{||h||_2 <= 1} ||g_h||_p`` with ``g_hc = h^T Gamma_c h`` (paper eq. 9).
+"""Basis selection: the linear minimisation step ``max_{||h||_2 <= 1} ||g_h||_p`` (paper eq. 9).
 
-``Gamma_c = X^T diag(D[:, c]) X`` is never formed: it is applied as
-``Gamma_c h = X^T (D[:, c] * (X h))``, and the ``m`` outputs are handled as one block
-(``X @ H`` with ``H (d, m)``), so every step costs ``O(nnz(X) m)``. ``X`` may be a dense
-array or a ``scipy.sparse`` matrix.
+With ``g_hc = h^T Gamma_c h`` and ``Gamma_c = X^T diag(D[:, c]) X``
+(:mod:`~keras_structured.polynomial.gamma_operators`), the dual norm of the gradient is
 
-* :func:`power_method`: the dominant (largest ``|eigenvalue|``) eigenvector of every
-  ``Gamma_c`` at once; it solves the ``l1`` case ``p = inf`` (paper eq. 11).
-* :func:`refine_basis`: the generalized power method of the group-sparse cases ``p = 2``
-  and ``p = 1`` (paper eq. 13-16): conditional gradient over the unit ball on
-  ``f_2(h) = ||g_h||_2^2 / 2`` or on the Huber-smoothed ``f_1(h) = sum_c huber(g_hc)``,
-  with the Armijo rule for the step ``eta``.
-* :func:`select_basis`: the whole step (initialise from the best power-method
-  eigenvector, refine for the group penalties, keep the refined vector only if it
-  improves the true criterion).
+    Omega*(G) = max_{||h|| <= 1} ||g_h||_p = max_{||h|| <= 1} max_{Omega(w) <= 1} <w, g_h>
+              = max_{Omega(w) <= 1} lambda_max(Gamma(w)),      Gamma(w) = sum_c w_c Gamma_c,
+
+exchanging the two maxima. ``w -> lambda_max(Gamma(w))`` is convex, so the maximum over the
+row ball ``{Omega(w) <= 1}`` is reached at one of its extreme points:
+
+* ``l1`` (``p = inf``): the ``2m`` points ``+-e_c``, i.e. both extreme eigenpairs of every
+  ``Gamma_c`` (the largest *and* the most negative eigenvalue, whatever their magnitudes:
+  no power method stalls when they nearly cancel). **Exact.**
+* ``l1/linf`` (``p = 1``): the ``2^m`` sign vectors ``w in {-1, 1}^m``; enumerated when
+  ``2^m <= vertex_limit``. **Exact** then. Otherwise the value is that of the best
+  candidate (below) and the upper bound is a relaxation: the sign vectors of the
+  ``log2(vertex_limit)`` classes with the largest ``||Gamma_c||`` are enumerated and every
+  other class adds ``||Gamma_c||`` (``lambda_max(A + B) <= lambda_max(A) + ||B||``).
+* ``l1/l2`` (``p = 2``): the whole unit sphere, where maximising a convex function is hard
+  in general (a quartic form on the sphere). The value is that of the best candidate; the
+  upper bound is the smaller of ``||(||Gamma_c||_2)_c||_2`` and the Cauchy-Schwarz bound
+  ``||g_h||_2^2 = sum_c (h^T Gamma_c h)^2 <= h^T (sum_c Gamma_c^2) h <= lambda_max(sum_c Gamma_c^2)``,
+  refined on request (``target``) by branch and bound over the sphere of ``w``
+  (:mod:`~keras_structured.polynomial.sphere_bound`), which converges to ``Omega*(G)`` but in
+  time exponential in ``m`` at worst.
+
+Candidates, when the vertices are not enumerated: the extreme eigenvectors of every
+``Gamma_c`` and the network's current basis vectors (normalised; they guarantee
+``tau ||g_h||_p >= <D, O>``, so the lower gap is never negative), each improved by the
+alternating maximisation ``w <- dual_row(g_h)``, ``h <- top eigenvector of Gamma(w)``: both
+steps maximise ``<w, g_h>`` exactly in one variable, so ``||g_h||_p`` never decreases (for
+``m = 1`` and ``p = 2`` this is the generalized power method of paper eq. 13-16, with exact
+eigenvectors instead of power steps).
+
+What is certified: with :class:`~keras_structured.polynomial.gamma_operators.DenseGammas`,
+``value <= Omega*(G) <= upper_bound`` hold up to rounding (and ``value = upper_bound`` in the
+exact cases). With ``LanczosGammas`` (many features) both are Lanczos estimates.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
-import scipy.sparse as sp
 
+from keras_structured.polynomial.gamma_operators import GammaOperators
 from keras_structured.polynomial.penalties import Penalty
+from keras_structured.polynomial.sphere_bound import sphere_maximum_bound
 
 
-def quadratic_forms(z: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``G[j, c] = sum_i d[i, c] z[i, j]^2`` from the projections ``z = X H`` ``(n, q)``.
+class Selection(NamedTuple):
+    """What :func:`select_basis` returns."""
 
-    With ``z = X h_j``, row ``j`` is ``g_{h_j} = (h_j^T Gamma_c h_j)_c``.
+    h: np.ndarray
+    """The selected unit basis vector ``(d,)``."""
+    g: np.ndarray
+    """Its row ``g_h (m,)``."""
+    value: float
+    """``||g_h||_p``, a lower bound on ``Omega*(G)``."""
+    upper_bound: float
+    """An upper bound on ``Omega*(G)`` (``>= value``)."""
+    exact: bool
+    """Whether ``value`` is ``Omega*(G)`` (vertices enumerated), up to rounding."""
+    certified: bool
+    """Whether the bounds are exact up to rounding (dense eigensolver) rather than Lanczos estimates."""
 
-    Example:
-        >>> quadratic_forms(np.array([[1.0], [2.0]]), np.array([[1.0, -1.0], [0.5, 0.0]]))
-        array([[ 3., -1.]])
-    """
-    return (z**2).T @ d
 
-
-def power_method(
-    x: np.ndarray | sp.spmatrix,
-    d: np.ndarray,
-    n_iter: int = 100,
-    tol: float = 1e-6,
-    rng: np.random.Generator | None = None,
+def alternating_maximization(
+    gammas: GammaOperators, penalty: Penalty, h: np.ndarray, n_iter: int = 50, tol: float = 1e-6
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Dominant eigenpairs of ``Gamma_c = X^T diag(d[:, c]) X`` for all ``c``, as one block.
+    """Improves every column of ``h (d, S)`` by ``w <- dual_row(g_h)``, ``h <- top eigvec Gamma(w)``.
 
-    Iterates ``h_c <- Gamma_c h_c / ||Gamma_c h_c||`` for all columns together until every
-    residual ``||Gamma_c h_c - lambda_c h_c||`` is at most ``tol ||Gamma_c h_c||``, with the
-    Rayleigh quotient ``lambda_c = h_c^T Gamma_c h_c`` (whose error is of the order of the
-    squared residual).
-    The power method converges to the eigenvalue of largest magnitude (``|lambda|``).
-
-    Args:
-        x: ``(n, d)`` dense array or ``scipy.sparse`` matrix.
-        d: ``(n, m)`` diagonal weights, one column per matrix.
-        n_iter: maximum number of iterations.
-        tol: relative tolerance on the eigen-residuals.
-        rng: random generator of the starting vectors (default: seed 0).
+    Each step solves ``max_w <w, g_h>`` over ``{Omega(w) <= 1}`` or ``max_{||h|| <= 1} h^T Gamma(w) h``
+    exactly, so ``||g_h||_p`` never decreases; a column stops once it gains at most ``tol`` (relative
+    to the best value), all stop after ``n_iter`` rounds.
 
     Returns:
-        ``(h, eigenvalues)``: unit eigenvectors ``(d, m)`` (column ``c`` for ``Gamma_c``) and
-        their Rayleigh quotients ``(m,)``.
+        ``(h, g)``: the improved unit vectors ``(d, S)`` and their rows ``(S, m)``.
 
     Example:
-        >>> h, lam = power_method(np.eye(3), np.array([[1.0], [-4.0], [2.0]]))
-        >>> round(float(lam[0]), 6), np.round(np.abs(h[:, 0]), 3).tolist()
-        (-4.0, [0.0, 1.0, 0.0])
-    """
-    rng = np.random.default_rng(0) if rng is None else rng
-    h = rng.standard_normal((x.shape[1], d.shape[1]))
-    h /= np.linalg.norm(h, axis=0)
-    for iteration in range(n_iter):
-        z = x @ h
-        weighted = d * z
-        eigenvalues = np.einsum("ic,ic->c", weighted, z)
-        gamma_h = x.T @ weighted
-        norms = np.linalg.norm(gamma_h, axis=0)
-        residuals = np.linalg.norm(gamma_h - eigenvalues * h, axis=0)
-        if np.all(residuals <= tol * norms) or iteration == n_iter - 1:
-            break
-        h = np.where(norms > 0, gamma_h / np.where(norms > 0, norms, 1.0), h)
-    return h, eigenvalues
-
-
-def _smoothed_criterion(g: np.ndarray, exponent: float, huber_delta: float) -> tuple[float, np.ndarray]:
-    """``f_p(g)`` and ``df_p/dg``: ``||g||_2^2 / 2`` for ``p = 2``, ``sum_c huber(g_c)`` for ``p = 1``."""
-    if exponent == 2:
-        return 0.5 * float(g @ g), g
-    magnitude = np.abs(g)
-    huber = np.where(magnitude <= huber_delta, 0.5 * g**2 / huber_delta, magnitude - 0.5 * huber_delta)
-    return float(huber.sum()), np.clip(g / huber_delta, -1.0, 1.0)
-
-
-def refine_basis(
-    x: np.ndarray | sp.spmatrix,
-    d: np.ndarray,
-    h: np.ndarray,
-    exponent: float,
-    n_iter: int = 100,
-    tol: float = 1e-6,
-    huber_delta: float = 1.0,
-    armijo: float = 1e-4,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized power method: conditional gradient for ``max_{||h||_2 <= 1} f_p(g_h)``.
-
-    ``f_2(g) = ||g||_2^2 / 2`` (the ``l1/l2`` criterion) or ``f_1(g) = sum_c huber(g_c)``
-    with ``huber(t) = t^2 / (2 delta)`` if ``|t| <= delta`` else ``|t| - delta / 2`` (a
-    smooth ``l1/linf`` criterion). Since ``g_hc = h^T Gamma_c h``, the gradient is
-    ``2 X^T ((D f_p'(g_h)) * (X h))``; the update is ``h <- h + eta (s - h)`` with
-    ``s = grad / ||grad||`` (the linear maximiser over the unit ball) and ``eta``
-    from the Armijo rule (halving from 1; with ``m = 1`` and ``eta = 1`` this is the
-    power method). Stops when the Frank-Wolfe gap ``<grad, s - h>`` is at most
-    ``tol^2 ||grad|| / 2``: for a unit ``h``, when the sine of the angle between ``h`` and the
-    gradient is about ``tol``, the stopping rule of :func:`power_method`. Since ``g_h`` is
-    quadratic in ``h``, the result is rescaled onto the unit sphere (``g_h`` by ``1/||h||^2``),
-    which can only increase ``||g_h||_p``.
-
-    Args:
-        x: ``(n, d)`` dense array or ``scipy.sparse`` matrix.
-        d: ``(n, m)`` diagonal weights of ``Gamma_1..Gamma_m``.
-        h: starting unit vector ``(d,)``.
-        exponent: ``2`` or ``1``.
-        n_iter: maximum number of iterations.
-        tol: tolerance on the angle between ``h`` and the gradient.
-        huber_delta: Huber smoothing parameter (``p = 1``; the paper uses 1).
-        armijo: sufficient-increase constant of the Armijo rule.
-
-    Returns:
-        ``(h, g_h)``: the refined unit vector ``(d,)`` and its row ``g_h`` ``(m,)``.
-
-    Example:
-        >>> x = np.eye(2)
-        >>> d = np.array([[1.0, 1.0], [0.0, 3.0]])
-        >>> h, g = refine_basis(x, d, np.array([0.6, 0.8]), exponent=2)
-        >>> np.round(np.abs(h), 3).tolist(), np.round(g, 3).tolist()
+        >>> from keras_structured.polynomial.gamma_operators import DenseGammas
+        >>> from keras_structured.polynomial.penalties import get_penalty
+        >>> gammas = DenseGammas(np.eye(2), np.array([[1.0, 1.0], [0.0, 3.0]]))
+        >>> h, g = alternating_maximization(gammas, get_penalty("l1/l2"), np.array([[0.6], [0.8]]))
+        >>> np.round(np.abs(h[:, 0]), 3).tolist(), np.round(g[0], 3).tolist()
         ([0.0, 1.0], [0.0, 3.0])
     """
-    exponent = float(exponent)
-    if exponent not in (1.0, 2.0):
-        raise ValueError(f"exponent must be 1 or 2. Received: exponent={exponent}")
-    z = x @ h
-    g = quadratic_forms(z[:, None], d)[0]
-    value, weights = _smoothed_criterion(g, exponent, huber_delta)
+    g = gammas.rows(h)
+    value = penalty.row_norms(g)
+    active = np.arange(h.shape[1])
     for _ in range(n_iter):
-        grad = 2.0 * (x.T @ ((d @ weights) * z))
-        grad_norm = np.linalg.norm(grad)
-        gap = grad_norm - grad @ h
-        if grad_norm == 0 or gap <= 0.5 * tol**2 * grad_norm:
+        _, new_h, _ = gammas.top_eigenpairs(penalty.dual_row(g[active]), starts=h[:, active])
+        new_g = gammas.rows(new_h)
+        new_value = penalty.row_norms(new_g)
+        gain = new_value - value[active]
+        better = gain > 0
+        h[:, active[better]], g[active[better]] = new_h[:, better], new_g[better]
+        value[active[better]] = new_value[better]
+        active = active[gain > tol * max(float(value.max()), 1e-300)]
+        if not active.size:
             break
-        s = grad / grad_norm
-        z_s = x @ s
-        eta = 1.0
-        while eta > 1e-10:
-            z_new = z + eta * (z_s - z)
-            g_new = quadratic_forms(z_new[:, None], d)[0]
-            new_value, new_weights = _smoothed_criterion(g_new, exponent, huber_delta)
-            if new_value >= value + armijo * eta * gap:
-                break
-            eta *= 0.5
-        else:
-            break
-        h, z, g, value, weights = h + eta * (s - h), z_new, g_new, new_value, new_weights
-    norm = np.linalg.norm(h)
-    return (h / norm, g / norm**2) if norm > 0 else (h, g)
+    return h, g
+
+
+def _relaxation_bound(
+    gammas: GammaOperators, penalty: Penalty, class_norms: np.ndarray, vertex_limit: int
+) -> float:
+    """An upper bound on ``Omega*(G)`` when the vertices are not enumerated (module docstring)."""
+    bound = float(np.linalg.norm(class_norms, ord=penalty.dual_exponent))
+    if penalty.dual_exponent == 2:
+        bound = min(bound, float(np.sqrt(max(gammas.squared_sum_norm(), 0.0))))
+    if penalty.dual_exponent == 1:
+        order = np.argsort(-class_norms)
+        enumerated = order[: int(np.log2(vertex_limit))]
+        signs = np.zeros((2 ** enumerated.size, gammas.n_outputs))
+        signs[:, enumerated] = penalty.vertices(enumerated.size, vertex_limit)
+        _, _, upper = gammas.top_eigenpairs(signs)
+        bound = min(bound, float(upper.max() + class_norms[order[enumerated.size :]].sum()))
+    return bound
 
 
 def select_basis(
-    x: np.ndarray | sp.spmatrix,
-    d: np.ndarray,
+    gammas: GammaOperators,
     penalty: Penalty,
-    n_iter: int = 100,
-    tol: float = 1e-6,
-    rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """An approximate maximiser of the selection criterion ``max_{||h||_2 <= 1} ||g_h||_p``.
+    basis: np.ndarray | None = None,
+    target: float = np.inf,
+    vertex_limit: int | None = None,
+    max_starts: int | None = None,
+    n_iter: int | None = None,
+    max_evaluations: int | None = None,
+) -> Selection:
+    """The basis vector ``h ~ argmax_{||h||_2 <= 1} ||g_h||_p`` with bounds on the maximum ``Omega*(G)``.
 
-    Initialisation (paper eq. 14): the eigenvector, among the dominant eigenvectors of
-    ``Gamma_1..Gamma_m`` (:func:`power_method`), with the largest ``||g_h||_p``; this is a
-    ``(1 - eps)``, ``(1 - eps) / sqrt(m)`` or ``(1 - eps) / m`` approximation for
-    ``p = inf, 2, 1``. For ``p = 2, 1`` it is refined by :func:`refine_basis`, kept only
-    if it increases ``||g_h||_p``.
+    See the module docstring for the method and what is exact.
 
     Args:
-        x: ``(n, d)`` dense array or ``scipy.sparse`` matrix.
-        d: ``(n, m)`` diagonal weights: the negative loss gradient w.r.t. the outputs.
-        penalty: the penalty, which fixes ``p`` (its dual exponent).
-        n_iter: iteration cap of the power method and of the refinement.
-        tol: their relative tolerance.
-        rng: random generator of the power method's starting vectors.
+        gammas: the matrices ``Gamma_c`` (dense or Lanczos).
+        penalty: the penalty, which fixes ``p`` and the row ball.
+        basis: the network's current basis vectors ``(k, d)``, extra candidates.
+        target: ``l1/l2`` only: when ``value <= target`` but the relaxation bound is above
+            ``target``, refine the upper bound by branch and bound
+            (:func:`~keras_structured.polynomial.sphere_bound.sphere_maximum_bound`) until it is at
+            most ``target`` or ``max_evaluations`` eigenproblems were solved: enough to decide
+            whether ``Omega*(G) <= target`` (a stopping test), and no more.
+        vertex_limit: enumerate the extreme points of the row ball if there are at most this many.
+        max_starts: the number of best candidates improved by :func:`alternating_maximization`.
+        n_iter: its iteration cap.
+        max_evaluations: the budget of the branch and bound.
+
+    The last four default to ``gammas.search_effort`` (fewer eigenproblems for Lanczos).
 
     Returns:
-        ``(h, g_h)``: the unit basis vector ``(d,)`` and its gradient row ``(m,)``.
+        A :class:`Selection`.
 
     Example:
+        >>> from keras_structured.polynomial.gamma_operators import DenseGammas
         >>> from keras_structured.polynomial.penalties import get_penalty
-        >>> x = np.eye(2)
-        >>> d = np.array([[1.0, 1.0], [0.0, 3.0]])
-        >>> h, g = select_basis(x, d, get_penalty("l1"))
-        >>> np.round(np.abs(h), 3).tolist(), np.round(g, 3).tolist()
-        ([0.0, 1.0], [0.0, 3.0])
+        >>> gammas = DenseGammas(np.eye(2), np.array([[2.0, 0.0], [-3.0, 1.0]]))
+        >>> selection = select_basis(gammas, get_penalty("l1"))
+        >>> np.abs(selection.h).tolist(), selection.value, selection.exact
+        ([0.0, 1.0], 3.0, True)
     """
-    candidates, _ = power_method(x, d, n_iter=n_iter, tol=tol, rng=rng)
-    rows = quadratic_forms(x @ candidates, d)
-    criteria = penalty.row_norms(rows)
-    best = int(np.argmax(criteria))
-    h, g = candidates[:, best], rows[best]
-    if np.isfinite(penalty.dual_exponent):
-        refined_h, refined_g = refine_basis(x, d, h, penalty.dual_exponent, n_iter=n_iter, tol=tol)
-        if penalty.row_norms(refined_g)[0] > criteria[best]:
-            h, g = refined_h, refined_g
-    return h, g
+    m = gammas.n_outputs
+    effort = gammas.search_effort
+    vertex_limit = effort.vertices if vertex_limit is None else vertex_limit
+    max_starts = effort.starts if max_starts is None else max_starts
+    n_iter = effort.rounds if n_iter is None else n_iter
+    max_evaluations = effort.evaluations if max_evaluations is None else max_evaluations
+    vertices = penalty.vertices(m, vertex_limit)
+    if vertices is not None:
+        _, vectors, upper = gammas.top_eigenpairs(vertices)
+        g = gammas.rows(vectors)
+        values = penalty.row_norms(g)
+        best = int(np.argmax(values))
+        return Selection(
+            vectors[:, best], g[best], float(values[best]), max(float(upper.max()), float(values[best])),
+            gammas.certified, gammas.certified,
+        )  # fmt: skip
+    axes = np.concatenate([np.eye(m), -np.eye(m)])
+    _, candidates, upper = gammas.top_eigenpairs(axes)
+    class_norms = np.maximum(upper[:m], upper[m:])
+    if basis is not None and basis.size:
+        norms = np.linalg.norm(basis, axis=1)
+        candidates = np.hstack([candidates, (basis[norms > 0] / norms[norms > 0, None]).T])
+    starts = np.argsort(-penalty.row_norms(gammas.rows(candidates)))[:max_starts]
+    h, g = alternating_maximization(gammas, penalty, candidates[:, starts].copy(), n_iter=n_iter)
+    values = penalty.row_norms(g)
+    best = int(np.argmax(values))
+    h, g, value = h[:, best], g[best], float(values[best])
+    upper_bound = _relaxation_bound(gammas, penalty, class_norms, vertex_limit)
+    if penalty.dual_exponent == 2 and value <= target < upper_bound:
+        refined, direction = sphere_maximum_bound(
+            lambda w: gammas.top_eigenpairs(w)[2], m, target, max_evaluations=max_evaluations
+        )
+        upper_bound = min(upper_bound, refined)
+        found = gammas.top_eigenpairs(direction[None])[1]
+        found_g = gammas.rows(found)[0]
+        if penalty.row_norms(found_g)[0] > value:
+            h, g, value = found[:, 0], found_g, float(penalty.row_norms(found_g)[0])
+    return Selection(h, g, value, max(upper_bound, value), False, gammas.certified)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 
 import numpy as np
-from scipy.special import expit, log_softmax, softmax
+from scipy.special import expit
 
 from keras_structured.polynomial.penalties import project_simplex
 
@@ -32,6 +32,10 @@ class Loss(abc.ABC):
     @abc.abstractmethod
     def gradient(self, y: np.ndarray, o: np.ndarray) -> np.ndarray:
         """``d/dO sum_i l(y_i, o_i)``, shape ``(n, m)``."""
+
+    def value_and_gradient(self, y: np.ndarray, o: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(value, gradient)``; losses override it when both share work."""
+        return self.value(y, o), self.gradient(y, o)
 
 
 class SquaredLoss(Loss):
@@ -55,6 +59,8 @@ class SquaredLoss(Loss):
 class LogisticLoss(Loss):
     """Multinomial logistic ``l(y, o) = log sum_c exp(o_c) - <y, o>``; gradient ``softmax(o) - y``.
 
+    Targets ``y`` are distributions (rows summing to 1, e.g. one-hot).
+
     Example:
         >>> round(LogisticLoss().value(np.array([[1.0, 0.0]]), np.zeros((1, 2))), 6)
         0.693147
@@ -64,10 +70,21 @@ class LogisticLoss(Loss):
     smoothness = 0.5
 
     def value(self, y, o):
-        return -float(np.sum(y * log_softmax(o, axis=-1)))
+        return self.value_and_gradient(y, o)[0]
 
     def gradient(self, y, o):
-        return softmax(o, axis=-1) - y
+        return self.value_and_gradient(y, o)[1]
+
+    def value_and_gradient(self, y, o):
+        # One exponential for both; y's rows sum to 1, so -<y, log_softmax(o)> = lse(o) - <y, o>.
+        # In place: every new (n, m) array costs fresh pages, more than the arithmetic.
+        work = o - o.max(axis=-1, keepdims=True)
+        inner = float(np.einsum("ic,ic->", y, work))
+        np.exp(work, out=work)
+        totals = work.sum(axis=-1, keepdims=True)
+        work *= 1.0 / totals
+        work -= y
+        return float(np.sum(np.log(totals))) - inner, work
 
 
 class SmoothedHingeLoss(Loss):

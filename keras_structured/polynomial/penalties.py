@@ -9,7 +9,10 @@ pieces the algorithm needs (paper Table 1):
   exponent ``p`` (``inf`` for l1, ``2`` for l1/l2, ``1`` for l1/linf), so that the dual norm
   is ``Omega*(G) = max_r ||g_r||_p``;
 * ``dual_row(g)``: the non-zero row ``s`` of a subgradient of ``Omega*`` at a matrix whose
-  selected row is ``g``; ``Omega(s) = 1`` and ``<s, g> = ||g||_p``;
+  selected row is ``g``; ``Omega(s) = 1`` and ``<s, g> = ||g||_p`` (vectorised over rows);
+* ``vertices(m, limit)``: the extreme points of the row ball ``{s : Omega(s) <= 1}`` when
+  they are at most ``limit`` (``2m`` signed unit vectors for l1, the ``2^m`` sign vectors
+  for l1/linf, none for the round l1/l2 ball), which makes basis selection exact;
 * ``project(V, tau)``: the Euclidean projection onto ``{W : Omega(W) <= tau}``.
 
 Everything is numpy, vectorised over rows.
@@ -77,7 +80,11 @@ class Penalty(abc.ABC):
 
     @abc.abstractmethod
     def dual_row(self, g: np.ndarray) -> np.ndarray:
-        """``s = argmax_{Omega(s) <= 1} <s, g>`` for one row ``g (m,)``."""
+        """``s = argmax_{Omega(s) <= 1} <s, g>`` for every row of ``g (..., m)``."""
+
+    def vertices(self, m: int, limit: int) -> np.ndarray | None:
+        """The extreme points ``(S, m)`` of ``{s : Omega(s) <= 1}``, or None if infinite or ``S > limit``."""
+        return None
 
     @abc.abstractmethod
     def project(self, v: np.ndarray, tau: float) -> np.ndarray:
@@ -100,10 +107,14 @@ class L1Penalty(Penalty):
         return float(np.abs(v).sum())
 
     def dual_row(self, g):
-        s = np.zeros_like(g, dtype=np.float64)
-        c = int(np.argmax(np.abs(g)))
-        s[c] = np.sign(g[c])
+        g = np.asarray(g, dtype=np.float64)
+        largest = np.argmax(np.abs(g), axis=-1)[..., None]
+        s = np.zeros_like(g)
+        np.put_along_axis(s, largest, np.sign(np.take_along_axis(g, largest, axis=-1)), axis=-1)
         return s
+
+    def vertices(self, m, limit):
+        return np.concatenate([np.eye(m), -np.eye(m)]) if 2 * m <= limit else None
 
     def project(self, v, tau):
         magnitudes = _project_nonnegative_l1_ball(np.abs(v).ravel(), tau).reshape(v.shape)
@@ -128,8 +139,9 @@ class L1L2Penalty(Penalty):
         return float(np.linalg.norm(v, axis=-1).sum())
 
     def dual_row(self, g):
-        norm = np.linalg.norm(g)
-        return g / norm if norm > 0 else np.zeros_like(g, dtype=np.float64)
+        g = np.asarray(g, dtype=np.float64)
+        norm = np.linalg.norm(g, axis=-1, keepdims=True)
+        return np.divide(g, norm, out=np.zeros_like(g), where=norm > 0)
 
     def project(self, v, tau):
         norms = np.linalg.norm(v, axis=-1)
@@ -166,6 +178,11 @@ class L1LinfPenalty(Penalty):
 
     def dual_row(self, g):
         return np.sign(g).astype(np.float64)
+
+    def vertices(self, m, limit):
+        if 2**m > limit:
+            return None
+        return 1.0 - 2.0 * ((np.arange(2**m)[:, None] >> np.arange(m)) & 1)
 
     def project(self, v, tau):
         if self.value(v) <= tau:
