@@ -108,6 +108,7 @@ def _arguments(treebank, logdir, *extra):
     return ["train", "--treebank", str(treebank), "--logdir", str(logdir), *options, *sizes, *extra]
 
 
+@pytest.mark.slow  # ~45 s; the default suite resumes a run in a new process (below)
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     treebank = _treebank(tmp_path)
     main(_arguments(treebank, tmp_path / "whole"))
@@ -135,7 +136,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     assert json.loads((tmp_path / "parts" / "eval_test.json").read_text())["uas"] == result["uas"]
 
 
-def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path):
+def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsys):
     """The resumed epoch runs in a new process, without the random state that the earlier
     epochs leave behind (TensorFlow's global seed enters tf.data's shuffling and word
     dropout), as after a real interruption."""
@@ -152,6 +153,12 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path):
         np.testing.assert_allclose(
             [float(row[column]) for row in parts], [float(row[column]) for row in whole], rtol=1e-7
         )
+    capsys.readouterr()
+    main(["evaluate", "--logdir", str(tmp_path / "parts"), "--split", "test", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["sentences"] == 30 and len(result["trees_per_sentence"]) == 30
+    assert min(result["trees_per_sentence"]) >= 1 and 0 <= result["uas"] <= 100
+    assert json.loads((tmp_path / "parts" / "eval_test.json").read_text())["uas"] == result["uas"]
 
 
 def test_runs_are_never_mixed(tmp_path):

@@ -72,6 +72,7 @@ def test_plot_and_resume(runs, tmp_path):
     assert json.loads((logdir / "config.json").read_text())["total_steps"] == 3000  # the budget is recorded
 
 
+@pytest.mark.slow  # ~25 s; tests/test_rl_vector.py covers async and sync resume in the default suite
 def test_any_env_async_then_resumed_sync(tmp_path):
     logdir = tmp_path / "mountain_car"
     result = _run(
