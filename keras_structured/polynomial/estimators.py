@@ -192,6 +192,23 @@ class PolynomialNetworkEstimator(BaseEstimator):
         return layer
 
 
+def encode_classes(y: np.ndarray, model: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted classes of the labels ``y`` and each label's index among them.
+
+    Raises:
+        ValueError: ``y`` is not a classification target, or has fewer than 2 classes
+            (``model`` names the estimator in the message).
+    """
+    check_classification_targets(y)
+    classes, indices = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{model} needs samples of at least 2 classes, got 1 class. "
+            f"Received: y with the single class {classes[0].item()!r}"
+        )
+    return classes, indices
+
+
 def _has_logistic_loss(estimator: PolynomialNetworkEstimator) -> bool:
     return estimator._loss_name() == "logistic"
 
@@ -219,13 +236,7 @@ class PolynomialNetworkClassifier(ClassifierMixin, PolynomialNetworkEstimator):
     _losses = ("logistic", "smoothed_hinge", "squared")
 
     def _targets(self, y):
-        check_classification_targets(y)
-        self.classes_, labels = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                "The classifier needs samples of at least 2 classes, got 1 class. "
-                f"Received: y with the single class {self.classes_[0].item()!r}"
-            )
+        self.classes_, labels = encode_classes(y, "The classifier")
         return np.eye(self.classes_.size)[labels]
 
     def decision_function(self, X: np.ndarray | sp.spmatrix) -> np.ndarray:

@@ -26,9 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.base import ClassifierMixin
-from sklearn.utils.multiclass import check_classification_targets
 
-from keras_structured.polynomial.estimators import PolynomialNetworkEstimator
+from keras_structured.polynomial.estimators import PolynomialNetworkEstimator, encode_classes
 from keras_structured.polynomial.losses import Loss, get_loss
 
 
@@ -71,13 +70,7 @@ class OrdinalPolynomialNetwork(ClassifierMixin, PolynomialNetworkEstimator):
         return get_loss("binary_logistic" if self._loss_name() == "logistic" else "squared")
 
     def _targets(self, y):
-        check_classification_targets(y)
-        self.classes_, levels = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                "Ordinal regression needs samples of at least 2 classes, got 1 class. "
-                f"Received: y with the single class {self.classes_[0].item()!r}"
-            )
+        self.classes_, levels = encode_classes(y, "Ordinal regression")
         targets = cumulative_targets(levels, self.classes_.size)
         return targets if self._loss_name() == "logistic" else 2.0 * targets - 1.0
 
