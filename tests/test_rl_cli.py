@@ -52,7 +52,8 @@ def test_train_writes_the_contract(runs, env_id):
     assert (logdir / "checkpoints").is_dir()
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+# Pendulum under -m slow: tests/test_rl_checkpoint_safety.py loads and runs Gaussian policies.
+@pytest.mark.parametrize("env_id", ["CartPole-v1", pytest.param("Pendulum-v1", marks=pytest.mark.slow)])
 def test_evaluate_json(runs, env_id):
     result = _run("evaluate", "--checkpoint", str(runs[env_id]), "--episodes", "2", "--json")
     values = json.loads(result.stdout.strip().splitlines()[-1])
