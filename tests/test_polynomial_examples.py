@@ -7,6 +7,7 @@ redistributed); like the other example tests, these need that folder and fail wi
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -114,6 +115,23 @@ def test_movielens_main_tiny(tmp_path):
     assert [row["method"] for row in rows] == list(polynomial_movielens.METHODS)
     assert all(0.0 < row["rmse"] < 4.0 and 0.0 < row["ndcg10"] <= 1.0 for row in rows)
     assert len(_read(out)) == len(rows)
+
+
+@pytest.mark.parametrize("select_budget, validated_at", [(None, {1, 3}), ("3", {3})])
+def test_movielens_tau_is_chosen_at_every_budget_by_default(tmp_path, capsys, select_budget, validated_at):
+    option = [] if select_budget is None else ["--select-budget", select_budget]
+    rows = polynomial_movielens.main(
+        ["--max-train", "1000", "--max-test", "300", "--budgets", "1,3", "--methods", "pn regressor"]
+        + ["--taus", "0.1,100", *option, "--out", str(tmp_path / "m.csv")]
+    )
+    logged = capsys.readouterr().err
+    assert {int(k) for k in re.findall(r"validation RMSE \S+ \(k=(\d+)\)", logged)} == validated_at
+    assert [row["budget"] for row in rows] == [1, 3]
+
+
+def test_movielens_select_budget_is_checked():
+    with pytest.raises(SystemExit):
+        polynomial_movielens.parse_args(["--select-budget", "0"])
 
 
 def test_benchmark_tiny(tmp_path, capsys):
