@@ -970,8 +970,14 @@ def _plot_figures(
     out.mkdir(parents=True, exist_ok=True)
     figures = []
     if sweep_rows:
-        example.plot_sweep(sweep_rows, out / "uas_vs_C.png")
-        figures.append(("UAS against C (vi)", out / "uas_vs_C.png"))
+        series = {"vi (full batch)": sweep_rows}
+        stochastic = _by_kind(runs, "stochastic", "en")
+        if stochastic:
+            series["en (minibatch)"] = [
+                {"C": r.spec.value, "dev_uas": r.uas("dev"), "test_uas": r.uas("test")} for r in stochastic
+            ]
+        example.plot_sweep(series, out / "uas_vs_C.png")
+        figures.append(("UAS against C (vi; en with minibatches)", out / "uas_vs_C.png"))
     sweep = {f"C = {r.spec.value:g}": r for r in _by_kind(runs, "sparsemap") if r.column("step").size}
     if sweep:
         _curves_figure(sweep, out / "sweep_curves.png", "vi, SparseMAP loss, step 2/(k+2): one line per C")

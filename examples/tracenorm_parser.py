@@ -330,7 +330,7 @@ def _sweep(args: argparse.Namespace) -> None:
         writer = csv.DictWriter(handle, list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    plot_sweep(rows, root / "uas_vs_C.png")
+    plot_sweep({pathlib.Path(args.treebank).name: rows}, root / "uas_vs_C.png")
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,16 +371,23 @@ def plot_progress(history: list[dict], logdir: pathlib.Path) -> None:
     figure.savefig(logdir / "objective_gap.png")
 
 
-def plot_sweep(rows: list[dict], path: pathlib.Path) -> None:
-    """Dev and test UAS against ``C`` (log axis)."""
+def plot_sweep(rows_by_treebank: dict[str, list[dict]], path: pathlib.Path) -> None:
+    """Dev and test UAS against ``C`` (log axis), one pair of lines per treebank (``{label: rows}``)."""
     figure = _figure()
     axes = figure.add_subplot()
-    for key, color in (("dev_uas", "tab:blue"), ("test_uas", "tab:orange")):
-        axes.plot([row["C"] for row in rows], [row[key] for row in rows], "o-", color=color, label=key)
+    colors = iter(("tab:blue", "tab:orange", "tab:green", "tab:red"))
+    for label, rows in rows_by_treebank.items():
+        color = next(colors)
+        Cs = [row["C"] for row in rows]
+        axes.plot(Cs, [row["dev_uas"] for row in rows], "o-", color=color, label=f"{label}: dev")
+        axes.plot(Cs, [row["test_uas"] for row in rows], "s--", color=color, label=f"{label}: test")
+    Cs = sorted({row["C"] for rows in rows_by_treebank.values() for row in rows})
     axes.set(
         xscale="log", xlabel="C (radius of the trace-norm ball)", ylabel="UAS (%)", title="UAS against C"
     )
-    axes.legend()
+    axes.set_xticks(Cs, labels=[f"{C:g}" for C in Cs])
+    axes.minorticks_off()
+    axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path)
 
