@@ -984,6 +984,13 @@ def _plot_figures(
         figures.append(
             ("Rank, objective, gap and dev UAS against the step, per C (vi)", out / "sweep_curves.png")
         )
+    en_runs = _by_kind(runs, "stochastic", "en")
+    minibatch = {f"C = {r.spec.value:g}": r for r in en_runs if r.column("step").size}
+    if minibatch:
+        _curves_figure(minibatch, out / "en_curves.png", "en, minibatch step 2/(k+2): one line per C")
+        figures.append(
+            ("Rank, minibatch objective and gap, dev UAS against the step, per C (en)", out / "en_curves.png")
+        )
     compared = {}
     for kind in ("sparsemap", "hinge", "line_search"):
         for run in _by_kind(runs, kind):

@@ -375,8 +375,7 @@ def test_run_suite_sweeps_then_runs_the_chosen_C(tmp_path, monkeypatch):
     evaluated = sorted(
         c[c.index("--logdir") + 1].removeprefix(str(tmp_path) + "/") for c in fake.calls if c[2] == "evaluate"
     )
-    assert evaluated == sorted(
-[f"vi/sparsemap/C{C}" for C in (10, 20, 40)] + at_chosen_C)
+    assert evaluated == sorted([f"vi/sparsemap/C{C}" for C in (10, 20, 40)] + at_chosen_C)
     recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
     assert recorded["choices"]["C"]["value"] == 20.0 and recorded["choices"]["mu"]["value"] == 1e-4
     assert bench.read_protocol(tmp_path) == SMALL
@@ -481,11 +480,14 @@ def test_report_figures(tmp_path):
         fake_run(tmp_path, "sparsemap", "vi", C, dev=60.0 - abs(C - 20.0))
     fake_run(tmp_path, "hinge", "vi", 20.0, dev=22.0)
     fake_run(tmp_path, "dim", "vi", 16.0, steps=4)
+    fake_run(tmp_path, "stochastic", "en", 20.0, dev=61.0)
     own = R("sparsemap", "vi", 20.0).logdir(tmp_path)
     for name in ("rank", "objective_gap"):  # as train writes them: linked, not plotted again
         (own / f"{name}.png").write_bytes(b"\x89PNG")
     text = bench.write_report(tmp_path, SMALL).read_text()
-    for name in ("uas_vs_C", "sweep_curves", "comparison_curves", "time_memory_vs_d", "vi-hinge-C20/rank"):
+    names = ("uas_vs_C", "sweep_curves", "en_curves", "comparison_curves", "time_memory_vs_d")
+    names += ("vi-hinge-C20/rank",)
+    for name in names:
         data = (tmp_path / "figures" / f"{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
         assert f"(figures/{name}.png)" in text
