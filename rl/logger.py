@@ -82,7 +82,10 @@ class Logger:
     Args:
         logdir: run directory.
         resume_iteration: when resuming, rows after this iteration are dropped from an
-            existing CSV (so it matches an uninterrupted run); ``None`` starts a new CSV.
+            existing CSV (so it matches an uninterrupted run); ``None`` starts a new CSV. The
+            TensorBoard events are rewritten from the rows kept (one new event file, the old
+            ones deleted), so a run resumed after a crash shows each step once, as in
+            ``progress.csv``; the replayed events carry the time of the resume.
         total_steps: target of the progress bar; ``None`` disables the bar.
     """
 
@@ -103,7 +106,12 @@ class Logger:
         self._writer.writeheader()
         self._writer.writerows(rows)
         self._file.flush()
+        if resume_iteration is not None:
+            for events in Path(logdir).glob("events.out.tfevents.*"):
+                events.unlink()
         self._summary = tf.summary.create_file_writer(str(logdir))
+        for kept in rows:
+            self._write_scalars({key: _parse(value) for key, value in kept.items()})
         self._bar = _Bar(total_steps, initial_step) if total_steps else None
         self.last_return = math.nan
 
@@ -114,6 +122,15 @@ class Logger:
             raise KeyError(f"Unknown metric keys {sorted(unknown)}; add them to COLUMNS")
         self._writer.writerow({key: _format(row.get(key, math.nan)) for key in COLUMNS})
         self._file.flush()
+        self._write_scalars(row)
+        if not math.isnan(row.get("charts/episodic_return", math.nan)):
+            self.last_return = row["charts/episodic_return"]
+        if self._bar is not None:
+            values = {name: row.get(key, math.nan) for key, name in _BAR_KEYS.items()}
+            values["return"] = self.last_return
+            self._bar.update(int(row["global_step"]), values)
+
+    def _write_scalars(self, row: dict[str, float]) -> None:
         step = int(row["global_step"])
         with self._summary.as_default():
             for key, value in row.items():
@@ -121,12 +138,6 @@ class Logger:
                     value = tf.constant(value, tf.float32)
                     tf.summary.write(key, value, step=step, metadata=_SCALAR_METADATA)
         self._summary.flush()
-        if not math.isnan(row.get("charts/episodic_return", math.nan)):
-            self.last_return = row["charts/episodic_return"]
-        if self._bar is not None:
-            values = {name: row.get(key, math.nan) for key, name in _BAR_KEYS.items()}
-            values["return"] = self.last_return
-            self._bar.update(step, values)
 
     def close(self) -> None:
         """Closes the CSV, the event file and the bar."""
@@ -136,7 +147,12 @@ class Logger:
             self._bar.close()
 
 
+def _parse(cell: str) -> float:
+    """A ``progress.csv`` cell as a float (empty: NaN)."""
+    return float(cell) if cell != "" else math.nan
+
+
 def read_progress(logdir: str | Path) -> list[dict[str, float]]:
     """Rows of ``{logdir}/progress.csv`` as floats (empty cells become NaN)."""
     with (Path(logdir) / "progress.csv").open(newline="") as f:
-        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
