@@ -61,19 +61,25 @@ def describe_run(logdir: str | Path) -> str:
     return "; ".join(parts)
 
 
-def check_new_run(logdir: str | Path, overwrite: bool) -> None:
+CLI_REMEDY = (
+    "Pass --resume to continue it, --overwrite to delete it and start afresh, or choose another --logdir."
+)
+LIBRARY_REMEDY = (
+    "Restore one of its checkpoints (trainer.restore) to continue it, delete it with "
+    "rl.run_dir.clear_run, or choose another logdir."
+)
+
+
+def check_new_run(logdir: str | Path, overwrite: bool, remedy: str = CLI_REMEDY) -> None:
     """Checks that a new run may be trained into ``logdir`` (``overwrite``: a run there will
     be replaced, by :func:`clear_run`).
 
     Raises:
         FileExistsError: ``logdir`` holds a run and ``overwrite`` is false; the message names
-            the run and its step.
+            the run and its step, then ``remedy``.
     """
     if run_files(logdir) and not overwrite:
-        raise FileExistsError(
-            f"{str(logdir)!r} already holds a run ({describe_run(logdir)}). Pass --resume to "
-            "continue it, --overwrite to delete it and start afresh, or choose another --logdir."
-        )
+        raise FileExistsError(f"{str(logdir)!r} already holds a run ({describe_run(logdir)}). {remedy}")
 
 
 def clear_run(logdir: str | Path) -> None:
@@ -92,7 +98,9 @@ def newest_iteration(logdir: str | Path) -> int | None:
 
 
 __all__ = [
+    "CLI_REMEDY",
     "EVENTS_PATTERN",
+    "LIBRARY_REMEDY",
     "RUN_FILES",
     "check_new_run",
     "clear_run",

@@ -97,6 +97,25 @@ def test_resume_refuses_settings_that_cannot_change_and_names_them(copy_of_finis
     assert TrainConfig.load(copy_of_finished / "config.json").total_steps == LONG_STEPS
 
 
+def test_the_library_trainer_refuses_a_logdir_holding_a_run(copy_of_finished):
+    from rl.algorithms import make_trainer
+
+    before = sorted(p.name for p in copy_of_finished.rglob("*"))
+    config = TrainConfig.load(copy_of_finished / "config.json")
+    config.logdir = str(copy_of_finished)
+    trainer = make_trainer(config, verbose=False)
+    with pytest.raises(FileExistsError, match=rf"step {LONG_STEPS}.*trainer\.restore.*clear_run"):
+        trainer.train()
+    trainer.close()
+    assert sorted(p.name for p in copy_of_finished.rglob("*")) == before  # nothing written
+    config.total_steps = LONG_STEPS + 512
+    trainer = make_trainer(config, verbose=False)
+    trainer.restore(resolve_checkpoint(copy_of_finished))  # a restored trainer continues its run
+    trainer.train()
+    trainer.close()
+    assert int(_rows(copy_of_finished)[-1]["global_step"]) == LONG_STEPS + 512
+
+
 def test_resuming_a_finished_run_says_so_and_prints_valid_json(copy_of_finished, capsys):
     logdir = str(copy_of_finished)
     events = sorted(copy_of_finished.glob("events.out.tfevents.*"))

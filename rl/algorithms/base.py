@@ -40,6 +40,7 @@ from rl.gae import gae
 from rl.logger import Logger
 from rl.normalization import ReturnScaler, RunningMeanStd
 from rl.policies import NO_BOUND, Params, ValueNetwork, make_policy, preserve_first_layer
+from rl.run_dir import LIBRARY_REMEDY, check_new_run
 
 
 def adam(learning_rate: float, max_grad_norm: float) -> keras.optimizers.Adam:
@@ -143,14 +144,18 @@ class Trainer(abc.ABC):
         """Trains until ``config.total_steps``; returns the last logged row.
 
         Raises:
+            FileExistsError: a trainer that was not restored from a checkpoint would train into
+                a logdir holding a run (its CSV, events and checkpoints would mix with this one's).
             FloatingPointError: a loss or parameter became NaN/inf; names the iteration. The
                 checkpoints written so far are kept untouched.
         """
         config = self.config
         logdir = Path(config.logdir)
+        resumed = self.iteration > 0
+        if not resumed:
+            check_new_run(logdir, overwrite=False, remedy=LIBRARY_REMEDY)
         logdir.mkdir(parents=True, exist_ok=True)
         config.save(logdir / "config.json")
-        resumed = self.iteration > 0
         logger = Logger(
             logdir,
             self.iteration if resumed else None,
