@@ -128,6 +128,21 @@ def test_masked_pooling_layer(tmp_path):
     np.testing.assert_allclose(pooled.numpy(), [[2.0, 2.0, 3.0, 5.0]])
 
 
+def test_near_uniform_scores_finish_with_the_default_solver_limit():
+    """Near-uniform word-pair scores (an untrained or collapsed model) need about 150-260 MAP
+    calls per sequence problem: the ESIM model's default limit lets them all finish, where
+    the old limit of 100 stopped every one of them short of the exact Jacobian."""
+    rng = np.random.default_rng(0)
+    premise, hypothesis = (tf.constant(rng.normal(size=(16, 15, 4)) * 0.15) for _ in range(2))
+    layer = build_esim(50, attention="sequence", **SMALL).get_layer("alignment")
+    info = layer.attention_weights([premise, hypothesis], return_info=True)
+    assert np.all(info["converged"]), np.mean(info["converged"])
+    assert np.max(info["structures"]) > 1
+    limited = Alignment("sequence", max_iter=100)
+    limited.build([premise.shape, hypothesis.shape])
+    assert not np.any(limited.attention_weights([premise, hypothesis], return_info=True)["converged"])
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="Received: attention='dense'"):
         Alignment("dense")

@@ -64,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--embedding-dim", type=int, default=100, help="word embedding size (learned)")
     train.add_argument("--units", type=int, default=100, help="units of the BiLSTMs (per direction) and MLPs")
     train.add_argument("--dropout", type=float, default=0.5)
-    train.add_argument("--max-iter", type=int, default=100, help="most MAP calls per SparseMAP problem")
+    train.add_argument(
+        "--max-iter", type=int, default=None, help="most MAP calls per SparseMAP problem (None: 1000)"
+    )
     train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
     train.add_argument(
         "--time-limit",

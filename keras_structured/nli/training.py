@@ -100,7 +100,7 @@ class NLIConfig:
     embedding_dim: int = 100
     units: int = 100
     dropout: float = 0.5
-    max_iter: int | None = 100
+    max_iter: int | None = None
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:
