@@ -5,7 +5,8 @@ The contract shared by ``python -m keras_structured.parsing train`` and
 
 - ``config.json``: the run's settings (a dataclass, as ``dataclasses.asdict`` writes it),
   and ``vocabulary.json``;
-- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first;
+- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, and the
+  same numbers as TensorBoard scalars (``events.out.tfevents.*``, step = epoch);
 - ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
   (the loop state) after the last finished epoch, from which ``--resume`` continues;
 - ``best.keras``: the model of the best score so far (early stopping keeps it);
@@ -18,7 +19,7 @@ The rules:
 - a resumed run keeps its settings, except that a larger training budget
   (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
   ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
-  (written before a crash) are dropped;
+  (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept;
 - the loop ends after ``epochs`` epochs, or once ``min_epochs`` have run and the last
   ``patience`` epochs brought no better score (:func:`finished`);
 - with a time limit, no new epoch starts after that many minutes: the run stops with a
@@ -57,6 +58,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
+
+from keras_structured._tensorboard import ScalarWriter
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -242,6 +245,7 @@ class TrainingRun:
         self._best = f"best_{score}"
         self._quiet = quiet
         self._time_limit = time_limit
+        self._scalars: ScalarWriter | None = None
 
     def write_settings(self, vocabulary: Any) -> None:
         """A new run's ``config.json`` and ``vocabulary.json`` (the directory is created).
@@ -269,11 +273,13 @@ class TrainingRun:
         }
         with open(self.logdir / "progress.csv", "w", newline="") as handle:
             csv.writer(handle).writerow(self._columns)
+        self._scalars = ScalarWriter(self.logdir)
 
     def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
         """The checkpointed model and the vocabulary of a resumed run.
 
-        Rows of ``progress.csv`` for epochs after the checkpoint are dropped.
+        Rows of ``progress.csv`` for epochs after the checkpoint are dropped, and the
+        TensorBoard events are rewritten from the rows kept.
 
         Args:
             vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
@@ -288,6 +294,9 @@ class TrainingRun:
         kept = [row for row in rows[1:] if int(row[0]) <= self.state["epoch"]]
         with open(self.logdir / "progress.csv", "w", newline="") as handle:
             csv.writer(handle).writerows([rows[0]] + kept)
+        self._scalars = ScalarWriter(
+            self.logdir, rewrite=[(int(row[0]), dict(zip(rows[0][1:], row[1:], strict=True))) for row in kept]
+        )
         return model, vocabulary
 
     def epochs(self) -> Iterator[int]:
@@ -338,6 +347,7 @@ class TrainingRun:
         """
         with open(self.logdir / "progress.csv", "a", newline="") as handle:
             csv.writer(handle).writerow([row[column] for column in self._columns])
+        self._scalars.write(int(row[self._columns[0]]), {c: row[c] for c in self._columns[1:]})
         improved = score > self.state[self._best]
         if improved:
             self.state.update(
@@ -386,6 +396,8 @@ class TrainingRun:
         }
         if done:
             write_json(self.logdir / "final.json", summary)
+        if self._scalars is not None:
+            self._scalars.close()
         return summary
 
 

@@ -6,14 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
-
-#: TensorBoard's scalar-plugin metadata (what ``tf.summary.scalar`` writes; built here so that
-#: writing events does not need the ``tensorboard`` package, only viewing them does).
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-).SerializeToString()
+from keras_structured._tensorboard import ScalarWriter
 
 #: columns of ``progress.csv``, one row per update (NaN / empty where not applicable).
 COLUMNS = (
@@ -106,12 +99,8 @@ class Logger:
         self._writer.writeheader()
         self._writer.writerows(rows)
         self._file.flush()
-        if resume_iteration is not None:
-            for events in Path(logdir).glob("events.out.tfevents.*"):
-                events.unlink()
-        self._summary = tf.summary.create_file_writer(str(logdir))
-        for kept in rows:
-            self._write_scalars({key: _parse(value) for key, value in kept.items()})
+        kept = [(int(row["global_step"]), _scalars(row)) for row in rows]
+        self._summary = ScalarWriter(logdir, rewrite=kept if resume_iteration is not None else None)
         self._bar = _Bar(total_steps, initial_step) if total_steps else None
         self.last_return = math.nan
 
@@ -122,7 +111,7 @@ class Logger:
             raise KeyError(f"Unknown metric keys {sorted(unknown)}; add them to COLUMNS")
         self._writer.writerow({key: _format(row.get(key, math.nan)) for key in COLUMNS})
         self._file.flush()
-        self._write_scalars(row)
+        self._summary.write(int(row["global_step"]), _scalars(row))
         if not math.isnan(row.get("charts/episodic_return", math.nan)):
             self.last_return = row["charts/episodic_return"]
         if self._bar is not None:
@@ -130,21 +119,17 @@ class Logger:
             values["return"] = self.last_return
             self._bar.update(int(row["global_step"]), values)
 
-    def _write_scalars(self, row: dict[str, float]) -> None:
-        step = int(row["global_step"])
-        with self._summary.as_default():
-            for key, value in row.items():
-                if key not in ("global_step", "iteration") and math.isfinite(value):
-                    value = tf.constant(value, tf.float32)
-                    tf.summary.write(key, value, step=step, metadata=_SCALAR_METADATA)
-        self._summary.flush()
-
     def close(self) -> None:
         """Closes the CSV, the event file and the bar."""
         self._file.close()
         self._summary.close()
         if self._bar is not None:
             self._bar.close()
+
+
+def _scalars(row: dict) -> dict:
+    """The TensorBoard scalars of a ``progress.csv`` row: every column but the step counters."""
+    return {key: value for key, value in row.items() if key not in ("global_step", "iteration")}
 
 
 def _parse(cell: str) -> float:

@@ -17,6 +17,18 @@ def read_progress(logdir: pathlib.Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def scalar_events(logdir: str | pathlib.Path) -> list[tuple[str, int, float]]:
+    """``[(tag, step, value)]`` of every TensorBoard scalar event in ``logdir``'s event files."""
+    import tensorflow as tf
+
+    found = []
+    for path in sorted(pathlib.Path(logdir).glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                found.append((value.tag, event.step, float(tf.make_ndarray(value.tensor))))
+    return found
+
+
 def train_in_parts(
     main: Callable[[list[str]], None], arguments: Callable[..., list[str]], logdir: pathlib.Path, epochs: int
 ) -> None:

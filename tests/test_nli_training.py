@@ -15,7 +15,7 @@ import pytest
 from keras_structured.nli.__main__ import main
 from keras_structured.nli.figures import plot_alignments
 from keras_structured.nli.training import NLIConfig
-from tests.cli_runs import read_progress, train_in_parts
+from tests.cli_runs import read_progress, scalar_events, train_in_parts
 
 SIZES = ["--embedding-dim", "8", "--units", "6"]
 pytestmark = pytest.mark.filterwarnings("ignore::keras_structured.engine.SparseMAPConvergenceWarning")
@@ -57,6 +57,12 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
         for column in ("loss", "trial_accuracy", "learning_rate", "alignment_nonzero_percent"):
             np.testing.assert_allclose(float(a[column]), float(b[column]), rtol=1e-5, err_msg=column)
         assert float(b["structures_per_pair"]) >= 1 and float(b["train_steps_per_s"]) > 0
+    # TensorBoard: each epoch once (the resumed process rewrites the events), values as in the CSV
+    events = {(tag, step): value for tag, step, value in scalar_events(tmp_path / "parts")}
+    assert len(events) == len(scalar_events(tmp_path / "parts"))
+    assert {step for _, step in events} == {1, 2}
+    for row in parts:
+        np.testing.assert_allclose(events["loss", int(row["epoch"])], float(row["loss"]), rtol=1e-6)
     # The learning rate is multiplied by 0.9 after an epoch whose trial accuracy is not the best.
     first, second = parts
     improved = float(first["trial_accuracy"]) > -1.0  # the first epoch is always the best so far

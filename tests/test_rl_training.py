@@ -2,7 +2,6 @@
 
 import math
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from rl.algorithms import make_trainer
 from rl.checkpoint import checkpoint_dirs
 from rl.config import default_config
 from rl.logger import read_progress
+from tests.cli_runs import scalar_events
 
 FAST = dict(num_envs=2, num_steps=128, minibatch_size=64, update_epochs=2, distill_epochs=2)
 
@@ -64,21 +64,11 @@ def test_resume_continues_identically(reference_run, tmp_path):
         np.testing.assert_array_equal([r[key] for r in rows], [r[key] for r in expected])
     _assert_same_weights(reference_run, trainer)
     # TensorBoard shows each step once (not the crashed iterations 5-8 next to the resumed ones)
-    events = _scalar_events(logdir)
+    events = scalar_events(logdir)
     assert len(events) == len(set((tag, step) for tag, step, _ in events))
-    expected = _scalar_events(reference_run.config.logdir)
+    expected = scalar_events(reference_run.config.logdir)
     untimed = [sorted(e for e in found if e[0] != "time/sps") for found in (events, expected)]
     assert untimed[0] == untimed[1]
-
-
-def _scalar_events(logdir):
-    """``[(tag, step, value)]`` of every TensorBoard scalar event in ``logdir``."""
-    found = []
-    for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(str(path)):
-            for value in event.summary.value:
-                found.append((value.tag, event.step, float(tf.make_ndarray(value.tensor))))
-    return found
 
 
 def _assert_executed_constraints(logdir, per_state):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from keras_structured._training_runs import check_logdir, finished
+from keras_structured._training_runs import TrainingRun, check_logdir, finished
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,3 +61,38 @@ def test_runs_are_never_mixed(tmp_path):
         check_logdir(tmp_path, dataclasses.replace(settings, learning_rate=0.2), resume=True)
     with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
         check_logdir(tmp_path / "new", settings, resume=True)
+
+
+class _Vocabulary:
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls()
+
+
+def test_a_run_resumed_after_a_crash_shows_each_epoch_once_in_tensorboard(tmp_path):
+    """Epoch 3 was logged, then the process died before its checkpoint: the resumed run drops
+    that row from progress.csv and from the TensorBoard events, and logs its own epoch 3."""
+    import keras
+
+    from tests.cli_runs import read_progress, scalar_events
+
+    settings = Settings(epochs=3)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    run = TrainingRun(settings, tmp_path, ("epoch", "loss", "note"), "accuracy", quiet=True)
+    run.write_settings(_Vocabulary())
+    run.start()
+    for epoch, loss in ((1, 0.9), (2, 0.8), (3, 0.75)):
+        run.end_epoch(model, {"epoch": epoch, "loss": loss, "note": "text"}, score=-loss)
+        if epoch < 3:
+            run.save_checkpoint(model, seconds=1.0)  # the crash: no checkpoint of epoch 3
+    resumed = TrainingRun(settings, tmp_path, ("epoch", "loss", "note"), "accuracy", resume=True, quiet=True)
+    resumed.restore(_Vocabulary)
+    resumed.end_epoch(model, {"epoch": 3, "loss": 0.7, "note": "text"}, score=-0.7)
+    resumed.save_checkpoint(model, seconds=1.0)
+    resumed.finish({}, {})
+    assert [row["loss"] for row in read_progress(tmp_path)] == ["0.9", "0.8", "0.7"]
+    events = sorted((step, tag, round(value, 6)) for tag, step, value in scalar_events(tmp_path))
+    assert events == [(1, "loss", 0.9), (2, "loss", 0.8), (3, "loss", 0.7)]  # text is left out
