@@ -8,7 +8,9 @@ The contract shared by ``python -m keras_structured.parsing train`` and
 - ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, and the
   same numbers as TensorBoard scalars (``events.out.tfevents.*``, step = epoch);
 - ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
-  (the loop state) after the last finished epoch, from which ``--resume`` continues;
+  (the loop state) after the last finished epoch, from which ``--resume`` continues. It is
+  written as ``checkpoint.next/`` and swapped in by two renames, so a process killed at any
+  moment leaves a whole checkpoint (:func:`recover_checkpoint`);
 - ``best.keras``: the model of the best score so far (early stopping keeps it);
 - ``final.json``: the summary, written when training ends.
 
@@ -53,6 +55,7 @@ import csv
 import dataclasses
 import json
 import pathlib
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -115,6 +118,23 @@ def finished(config: Any, state: dict) -> bool:
     return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
 
 
+def recover_checkpoint(logdir: pathlib.Path) -> None:
+    """Finish or undo a checkpoint swap that a killed process left half done.
+
+    :meth:`TrainingRun.save_checkpoint` writes ``checkpoint.next/``, renames ``checkpoint/`` to
+    ``checkpoint.previous/``, renames ``checkpoint.next/`` to ``checkpoint/`` and deletes
+    ``checkpoint.previous/``. Killed between the renames, the previous checkpoint is put back
+    (that epoch runs again); any leftover ``checkpoint.next/`` or ``checkpoint.previous/`` is
+    deleted.
+    """
+    checkpoint, previous = logdir / "checkpoint", logdir / "checkpoint.previous"
+    if previous.exists() and not checkpoint.exists():
+        previous.rename(checkpoint)
+    for leftover in (previous, logdir / "checkpoint.next"):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+
+
 def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None:
     """The loop state to resume from (None: a fresh start), after refusing to mix runs.
 
@@ -136,6 +156,7 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
             budget.
         FileExistsError: a new run in a directory that holds one.
     """
+    recover_checkpoint(logdir)
     state_path = logdir / "checkpoint" / "state.json"
     if resume:
         if not state_path.exists():
@@ -353,7 +374,8 @@ class TrainingRun:
             self.state.update(
                 {self._best: score, **best, "best_epoch": self.state["epoch"] + 1, "bad_epochs": 0}
             )
-            model.save(self.logdir / "best.keras")
+            model.save(self.logdir / "best.next.keras")  # then renamed: never half a file
+            (self.logdir / "best.next.keras").replace(self.logdir / "best.keras")
         else:
             self.state["bad_epochs"] += 1
         return improved
@@ -367,10 +389,15 @@ class TrainingRun:
         """
         self.state["epoch"] += 1
         self.state["train_seconds"] += seconds
-        checkpoint = self.logdir / "checkpoint"
-        checkpoint.mkdir(exist_ok=True)
-        model.save(checkpoint / "model.keras")
-        write_json(checkpoint / "state.json", self.state)
+        recover_checkpoint(self.logdir)
+        checkpoint, written = self.logdir / "checkpoint", self.logdir / "checkpoint.next"
+        written.mkdir()
+        model.save(written / "model.keras")
+        write_json(written / "state.json", self.state)
+        if checkpoint.exists():
+            checkpoint.rename(self.logdir / "checkpoint.previous")
+        written.rename(checkpoint)
+        recover_checkpoint(self.logdir)
 
     def finish(self, scores: dict, details: dict) -> dict:
         """The run's summary, written to ``final.json`` when the run is over.

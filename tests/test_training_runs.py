@@ -96,3 +96,36 @@ def test_a_run_resumed_after_a_crash_shows_each_epoch_once_in_tensorboard(tmp_pa
     assert [row["loss"] for row in read_progress(tmp_path)] == ["0.9", "0.8", "0.7"]
     events = sorted((step, tag, round(value, 6)) for tag, step, value in scalar_events(tmp_path))
     assert events == [(1, "loss", 0.9), (2, "loss", 0.8), (3, "loss", 0.7)]  # text is left out
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("checkpoint", "best"))) == [
+        "best.keras",
+        "checkpoint",
+    ]
+
+
+KILLED = ("while writing checkpoint.next", "between the renames", "before the cleanup")
+
+
+@pytest.mark.parametrize("killed", KILLED)
+def test_a_process_killed_while_checkpointing_leaves_a_whole_checkpoint(tmp_path, killed):
+    """``save_checkpoint`` writes ``checkpoint.next/``, renames ``checkpoint/`` to
+    ``checkpoint.previous/`` and ``checkpoint.next/`` to ``checkpoint/``, then deletes
+    ``checkpoint.previous/``; a kill at any of these points leaves a checkpoint to resume."""
+    settings = Settings(epochs=10)
+    _finished_run(tmp_path, settings)
+    (tmp_path / "final.json").unlink()
+    old_state = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
+    (tmp_path / "checkpoint" / "model.keras").write_text("the last epoch's model")
+    written = tmp_path / "checkpoint.next"
+    written.mkdir()
+    (written / "model.keras").write_text("the next epoch's model" if killed != KILLED[0] else "half a mo")
+    (written / "state.json").write_text(json.dumps({**old_state, "epoch": old_state["epoch"] + 1}))
+    if killed != KILLED[0]:
+        (tmp_path / "checkpoint").rename(tmp_path / "checkpoint.previous")
+    if killed == KILLED[2]:
+        written.rename(tmp_path / "checkpoint")
+    state = check_logdir(tmp_path, settings, resume=True)
+    swapped = killed == KILLED[2]
+    assert state["epoch"] == old_state["epoch"] + swapped
+    expected = "the next epoch's model" if swapped else "the last epoch's model"
+    assert (tmp_path / "checkpoint" / "model.keras").read_text() == expected
+    assert not (tmp_path / "checkpoint.next").exists() and not (tmp_path / "checkpoint.previous").exists()
