@@ -8,10 +8,12 @@ a Keras layer built on it and its serialization.
 
 import numba as nb
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_structured as ks
 from keras_structured.engine import Structure, solve, structure_from_config, structure_to_config
+from keras_structured.engine import structure as structure_module
 from keras_structured.engine.compiled_active_set import CompiledOracle
 
 
@@ -77,3 +79,14 @@ def test_layer_and_serialization():
     np.testing.assert_allclose(layer(scores).numpy(), _rowwise_sparsemax(scores), atol=1e-6)
     rebuilt = structure_from_config(structure_to_config(RowChoiceStructure()))
     assert isinstance(rebuilt, RowChoiceStructure)
+
+
+def test_a_structure_name_taken_by_another_module_warns_and_the_newest_class_wins():
+    namespace = {"__name__": "another_module", "Structure": Structure}
+    with pytest.warns(UserWarning, match=r"'RowChoiceStructure' of module 'another_module' replaces"):
+        exec("class RowChoiceStructure(Structure):\n    pass\n", namespace)
+    try:
+        config = structure_to_config(RowChoiceStructure())
+        assert type(structure_from_config(config)) is namespace["RowChoiceStructure"]
+    finally:  # this module's class back in the registry, for the other tests
+        structure_module._REGISTRY["RowChoiceStructure"] = RowChoiceStructure

@@ -33,6 +33,8 @@ asks which structure it holds):
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from keras_structured.engine.compiled_active_set import indicators_compiled, map_compiled
@@ -49,7 +51,8 @@ class Structure:
     override :meth:`validate_shapes`, :meth:`validate_lengths`, :meth:`validate_codes`,
     :meth:`v_shape`, :meth:`code_shape`, :meth:`split_scores`, :attr:`lengths_from_codes`
     and :meth:`get_config` (constructor arguments, for serialization). Every subclass is
-    registered by class name for :func:`structure_from_config`.
+    registered by class name for :func:`structure_from_config`; the newest definition of a
+    name wins, with a warning when it comes from another module.
     """
 
     #: dtype of the codes returned by :meth:`map`.
@@ -64,6 +67,14 @@ class Structure:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        earlier = _REGISTRY.get(cls.__name__)
+        if earlier is not None and earlier.__module__ != cls.__module__:
+            warnings.warn(
+                f"Structure class name {cls.__name__!r} of module {cls.__module__!r} replaces the one of "
+                f"module {earlier.__module__!r}: saved models with this name will rebuild the new class. "
+                "Give structures distinct class names.",
+                stacklevel=2,
+            )
         _REGISTRY[cls.__name__] = cls
 
     def map(self, eta_u: np.ndarray, eta_v: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
