@@ -705,6 +705,11 @@ def _by_kind(runs: list[RunResult], kind: str, language: str = "vi") -> list[Run
     )
 
 
+def _uas_row(run: RunResult) -> dict:
+    """A point of the UAS-against-C plot."""
+    return {"C": run.spec.value, "dev_uas": run.uas("dev"), "test_uas": run.uas("test")}
+
+
 def _sweep_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dict]]:
     """UAS against C (vi, SparseMAP loss): one row per finished sweep run; the rows for the plot."""
     lines = [
@@ -727,7 +732,7 @@ def _sweep_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dic
             f"| {_int(f.get('rank'))} | {_int(f.get('num_parameters'))} "
             f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
-        rows.append({"C": run.spec.value, "dev_uas": run.uas("dev"), "test_uas": run.uas("test")})
+        rows.append(_uas_row(run))
     if not rows:
         lines.append("| missing | | | | | | | | | |")
     return lines, rows
@@ -969,13 +974,11 @@ def _plot_figures(
     example = _example_module()
     out.mkdir(parents=True, exist_ok=True)
     figures = []
+    en_runs = _by_kind(runs, "stochastic", "en")
     if sweep_rows:
         series = {"vi (full batch)": sweep_rows}
-        stochastic = _by_kind(runs, "stochastic", "en")
-        if stochastic:
-            series["en (minibatch)"] = [
-                {"C": r.spec.value, "dev_uas": r.uas("dev"), "test_uas": r.uas("test")} for r in stochastic
-            ]
+        if en_runs:
+            series["en (minibatch)"] = [_uas_row(run) for run in en_runs]
         example.plot_sweep(series, out / "uas_vs_C.png")
         figures.append(("UAS against C (vi; en with minibatches)", out / "uas_vs_C.png"))
     sweep = {f"C = {r.spec.value:g}": r for r in _by_kind(runs, "sparsemap") if r.column("step").size}
@@ -984,7 +987,6 @@ def _plot_figures(
         figures.append(
             ("Rank, objective, gap and dev UAS against the step, per C (vi)", out / "sweep_curves.png")
         )
-    en_runs = _by_kind(runs, "stochastic", "en")
     minibatch = {f"C = {r.spec.value:g}": r for r in en_runs if r.column("step").size}
     if minibatch:
         _curves_figure(minibatch, out / "en_curves.png", "en, minibatch step 2/(k+2): one line per C")

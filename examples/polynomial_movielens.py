@@ -291,13 +291,11 @@ def run(data: RatingSplit, args: argparse.Namespace) -> list[dict]:
     if "mean" in args.methods:
         evaluate("mean", MeanRating(), 0, float("nan"), data.x_train, data.y_train)
     for method in (m for m in CG_METHODS if m in args.methods):
-        each = args.select_budget == "each"
-        taus = {
-            k: choose_tau(method, k, args, (x_fit, y_fit), (x_val, y_val))
-            for k in (args.budgets if each else [args.select_budget])
-        }
+        chosen_at = {k: k if args.select_budget == "each" else args.select_budget for k in args.budgets}
+        data_splits = (x_fit, y_fit), (x_val, y_val)
+        taus = {k: choose_tau(method, k, args, *data_splits) for k in dict.fromkeys(chosen_at.values())}
         for budget in args.budgets:
-            tau = taus[budget if each else args.select_budget]
+            tau = taus[chosen_at[budget]]
             evaluate(
                 method, make_cg_model(method, budget, tau, args), budget, tau, data.x_train, data.y_train
             )

@@ -71,6 +71,8 @@ if TYPE_CHECKING:
 RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
 #: Settings a resumed run may increase: they extend its training budget.
 BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
+#: The folders of a checkpoint being written and of the one it replaces (:func:`recover_checkpoint`).
+NEXT_CHECKPOINT, PREVIOUS_CHECKPOINT = "checkpoint.next", "checkpoint.previous"
 
 
 def write_json(path: pathlib.Path, value: Any) -> None:
@@ -127,10 +129,10 @@ def recover_checkpoint(logdir: pathlib.Path) -> None:
     (that epoch runs again); any leftover ``checkpoint.next/`` or ``checkpoint.previous/`` is
     deleted.
     """
-    checkpoint, previous = logdir / "checkpoint", logdir / "checkpoint.previous"
+    checkpoint, previous = logdir / "checkpoint", logdir / PREVIOUS_CHECKPOINT
     if previous.exists() and not checkpoint.exists():
         previous.rename(checkpoint)
-    for leftover in (previous, logdir / "checkpoint.next"):
+    for leftover in (previous, logdir / NEXT_CHECKPOINT):
         if leftover.exists():
             shutil.rmtree(leftover)
 
@@ -389,15 +391,15 @@ class TrainingRun:
         """
         self.state["epoch"] += 1
         self.state["train_seconds"] += seconds
-        recover_checkpoint(self.logdir)
-        checkpoint, written = self.logdir / "checkpoint", self.logdir / "checkpoint.next"
-        written.mkdir()
+        checkpoint, written = self.logdir / "checkpoint", self.logdir / NEXT_CHECKPOINT
+        written.mkdir()  # opening the run (check_logdir) removed any leftover
         model.save(written / "model.keras")
         write_json(written / "state.json", self.state)
+        previous = self.logdir / PREVIOUS_CHECKPOINT
         if checkpoint.exists():
-            checkpoint.rename(self.logdir / "checkpoint.previous")
+            checkpoint.rename(previous)
         written.rename(checkpoint)
-        recover_checkpoint(self.logdir)
+        shutil.rmtree(previous, ignore_errors=True)
 
     def finish(self, scores: dict, details: dict) -> dict:
         """The run's summary, written to ``final.json`` when the run is over.

@@ -111,13 +111,14 @@ class Logger:
             raise KeyError(f"Unknown metric keys {sorted(unknown)}; add them to COLUMNS")
         self._writer.writerow({key: _format(row.get(key, math.nan)) for key in COLUMNS})
         self._file.flush()
-        self._summary.write(int(row["global_step"]), _scalars(row))
+        step = int(row["global_step"])
+        self._summary.write(step, _scalars(row))
         if not math.isnan(row.get("charts/episodic_return", math.nan)):
             self.last_return = row["charts/episodic_return"]
         if self._bar is not None:
             values = {name: row.get(key, math.nan) for key, name in _BAR_KEYS.items()}
             values["return"] = self.last_return
-            self._bar.update(int(row["global_step"]), values)
+            self._bar.update(step, values)
 
     def close(self) -> None:
         """Closes the CSV, the event file and the bar."""
@@ -132,12 +133,7 @@ def _scalars(row: dict) -> dict:
     return {key: value for key, value in row.items() if key not in ("global_step", "iteration")}
 
 
-def _parse(cell: str) -> float:
-    """A ``progress.csv`` cell as a float (empty: NaN)."""
-    return float(cell) if cell != "" else math.nan
-
-
 def read_progress(logdir: str | Path) -> list[dict[str, float]]:
     """Rows of ``{logdir}/progress.csv`` as floats (empty cells become NaN)."""
     with (Path(logdir) / "progress.csv").open(newline="") as f:
-        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(f)]

@@ -108,6 +108,16 @@ def _arguments(treebank, logdir, *extra):
     return ["train", "--treebank", str(treebank), "--logdir", str(logdir), *options, *sizes, *extra]
 
 
+def _assert_test_evaluation(logdir, capsys):
+    """``evaluate --split test --json`` of the run in ``logdir`` prints and stores a sane result."""
+    capsys.readouterr()
+    main(["evaluate", "--logdir", str(logdir), "--split", "test", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["sentences"] == 30 and len(result["trees_per_sentence"]) == 30
+    assert min(result["trees_per_sentence"]) >= 1 and 0 <= result["uas"] <= 100
+    assert json.loads((logdir / "eval_test.json").read_text())["uas"] == result["uas"]
+
+
 @pytest.mark.slow  # ~45 s; the default suite resumes a run in a new process (below)
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
     treebank = _treebank(tmp_path)
@@ -128,12 +138,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     assert [row["loss"] for row in extended] == [row["loss"] for row in parts]
     assert json.loads((tmp_path / "short" / "config.json").read_text())["epochs"] == 3
     assert json.loads((tmp_path / "short" / "final.json").read_text())["epochs_run"] == 3
-    capsys.readouterr()
-    main(["evaluate", "--logdir", str(tmp_path / "parts"), "--split", "test", "--json"])
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["sentences"] == 30 and len(result["trees_per_sentence"]) == 30
-    assert min(result["trees_per_sentence"]) >= 1 and 0 <= result["uas"] <= 100
-    assert json.loads((tmp_path / "parts" / "eval_test.json").read_text())["uas"] == result["uas"]
+    _assert_test_evaluation(tmp_path / "parts", capsys)
 
 
 def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsys):
@@ -153,12 +158,7 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
         np.testing.assert_allclose(
             [float(row[column]) for row in parts], [float(row[column]) for row in whole], rtol=1e-7
         )
-    capsys.readouterr()
-    main(["evaluate", "--logdir", str(tmp_path / "parts"), "--split", "test", "--json"])
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["sentences"] == 30 and len(result["trees_per_sentence"]) == 30
-    assert min(result["trees_per_sentence"]) >= 1 and 0 <= result["uas"] <= 100
-    assert json.loads((tmp_path / "parts" / "eval_test.json").read_text())["uas"] == result["uas"]
+    _assert_test_evaluation(tmp_path / "parts", capsys)
 
 
 def test_runs_are_never_mixed(tmp_path):
