@@ -36,7 +36,7 @@ Example:
     python benchmarks/bench_nli.py run --quick
     python benchmarks/bench_nli.py run --jobs 2 --dry-run
     python benchmarks/bench_nli.py run --attentions softmax sequence --seeds 0 1 2
-    python benchmarks/bench_nli.py report --root runs/bench_nli
+    python benchmarks/bench_nli.py report --root benchmarks/results/bench_nli
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ from resumable_runs import (
     run_logdirs,
     run_rounds,
     runner_parser,
+    shared_data,
     time_command,
     time_side_by_side,
     to_float,
@@ -95,8 +96,8 @@ TIMING_STEPS = 50
 ACCURACY_MARGIN = 2.0
 #: ... and a SparseMAP training step at most this many times a softmax step.
 STEP_COST_TARGET = 1.5
-DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "nli" / "sick.tsv").resolve()
-DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_nli"), Path("runs/bench_nli_quick")
+DEFAULT_DATA = shared_data("nli", "sick.tsv")
+DEFAULT_ROOT, QUICK_ROOT = Path("benchmarks/results/bench_nli"), Path("runs/bench_nli_quick")
 EVAL_FILE = "eval_test.json"
 ALIGN_FILE = "alignments_test.json"
 TIMING_FILE = "step_timing.json"

@@ -37,7 +37,7 @@ Example:
     python benchmarks/bench_parsing.py run --quick
     python benchmarks/bench_parsing.py run --jobs 2 --dry-run
     python benchmarks/bench_parsing.py run --languages en vi --losses sparsemap crf --jobs 2
-    python benchmarks/bench_parsing.py report --root runs/bench_parsing
+    python benchmarks/bench_parsing.py report --root benchmarks/results/bench_parsing
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ from resumable_runs import (
     run_logdirs,
     run_rounds,
     runner_parser,
+    shared_data,
     time_command,
     time_side_by_side,
     to_float,
@@ -113,8 +114,8 @@ THROUGHPUT_TARGET = 1.5
 TIMED_LOSSES = ("sparsemap", "margin_sparsemap", "crf")
 TIMING_STEPS = 30
 TIMING_FILE = "step_timing.json"
-DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ud").resolve()
-DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_parsing"), Path("runs/bench_parsing_quick")
+DEFAULT_DATA = shared_data("ud")
+DEFAULT_ROOT, QUICK_ROOT = Path("benchmarks/results/bench_parsing"), Path("runs/bench_parsing_quick")
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
 MAX_WIDENINGS = 2
 # Minutes after which a training process starts no new epoch (see execute).

@@ -123,6 +123,7 @@ from resumable_runs import (
     run_logdirs,
     run_rounds,
     runner_parser,
+    shared_data,
     to_float,
     write_plan,
     write_results,
@@ -181,7 +182,7 @@ TIME_LIMIT_MINUTES = 40.0
 #: A gap curve is fitted on log axes from this step on (see :func:`gap_slope`).
 SLOPE_FROM_STEP = 10
 
-DEFAULT_DATA = (REPO / ".." / "shared" / "data" / "ud").resolve()
+DEFAULT_DATA = shared_data("ud")
 DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_tracenorm"), Path("runs/bench_tracenorm_quick")
 CHECKPOINT_FILE = "checkpoint.npz"
 #: The logdirs under the root: ``{language}/{kind}/{label}``.

@@ -86,6 +86,21 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def shared_data(*parts: str) -> Path:
+    """``../shared/data/{parts}`` beside the repository, relative to the working directory.
+
+    The runs record their data paths in ``config.json``, which is committed with their
+    results (``benchmarks/results/``): a relative path names no machine, and a fresh clone
+    in the same layout resumes and compares configurations alike. Falls back to the
+    absolute path when no relative one exists (another drive).
+    """
+    path = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve().joinpath(*parts)
+    try:
+        return Path(os.path.relpath(path))
+    except ValueError:
+        return path
+
+
 def to_float(value: Any) -> float:
     """``float(value)``, NaN for None, an empty CSV cell or junk."""
     try:
