@@ -196,3 +196,65 @@ def test_both_crfs_compile_with_xla():
     expected_u, _ = linear_chain_crf_marginals(unary, np.zeros((3, 3)), lengths=lengths)
     np.testing.assert_allclose(u.numpy(), expected_u.numpy(), atol=1e-12)
     np.testing.assert_allclose(mu.numpy(), tree_crf_marginals(scores, lengths - 1, True).numpy(), atol=1e-12)
+
+
+def _laplacian_log_z(scores: np.ndarray, single_root: bool) -> float:
+    """Koo et al.'s matrix-tree determinant with 120 significant digits: an independent reference."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 120
+    n = scores.shape[0] - 1
+    weight = [[Decimal(float(scores[h, m])).exp() for m in range(n + 1)] for h in range(n + 1)]
+    lap = [[Decimal(0)] * n for _ in range(n)]
+    for m in range(1, n + 1):
+        for h in range(1, n + 1):
+            if h != m:
+                lap[h - 1][m - 1] = -weight[h][m]
+                lap[m - 1][m - 1] += weight[h][m]
+        if not single_root:
+            lap[m - 1][m - 1] += weight[0][m]
+    if single_root:
+        lap[0] = [weight[0][m] for m in range(1, n + 1)]
+    det = Decimal(1)
+    for k in range(n):  # Gaussian elimination with partial pivoting
+        pivot = max(range(k, n), key=lambda i: abs(lap[i][k]))
+        if pivot != k:
+            lap[k], lap[pivot], det = lap[pivot], lap[k], -det
+        det *= lap[k][k]
+        for i in range(k + 1, n):
+            factor = lap[i][k] / lap[k][k]
+            for j in range(k, n):
+                lap[i][j] -= factor * lap[k][j]
+    return float(abs(det).ln())
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+@pytest.mark.parametrize("gap", [0.0, 20.0, 60.0])
+def test_tree_is_accurate_when_confident_heads_form_cycles(single_root, gap):
+    # Confident scores whose best heads form one long cycle, with the root arcs `gap` lower:
+    # the Laplacian is nearly singular, where LU or QR lose every digit (float64 included).
+    n = 30
+    rng = np.random.default_rng(int(gap) + single_root)
+    scores = rng.normal(size=(n + 1, n + 1)) * 3
+    for m in range(1, n + 1):
+        scores[m % n + 1, m] += 25.0
+    scores[0, 1:] -= gap
+    scores32 = scores.astype(np.float32)
+    expected = _laplacian_log_z(scores32.astype(np.float64), single_root)
+    for dtype, atol in ((tf.float64, 1e-9), (tf.float32, 2e-3)):
+        log_z = tree_crf_log_partition(tf.constant(scores32[None], dtype), single_root=single_root)
+        np.testing.assert_allclose(log_z.numpy()[0], expected, rtol=0, atol=atol)
+    mu64 = tree_crf_marginals(tf.constant(scores32[None], tf.float64), single_root=single_root).numpy()[0]
+    mu32 = tree_crf_marginals(tf.constant(scores32[None]), single_root=single_root).numpy()[0]
+    np.testing.assert_allclose(mu64.sum(0)[1:], 1.0, atol=1e-9)
+    np.testing.assert_allclose(mu32, mu64, atol=2e-4)
+    if single_root:
+        np.testing.assert_allclose(mu64[0].sum(), 1.0, atol=1e-9)
+
+
+def test_single_root_without_a_single_root_tree_is_minus_inf():
+    # Only the root may head a word: the one tree has three root children.
+    scores = np.full((1, 4, 4), -np.inf)
+    scores[0, 0, 1:] = [0.5, -1.0, 2.0]
+    assert tree_crf_log_partition(scores, single_root=True).numpy()[0] == -np.inf
+    np.testing.assert_allclose(tree_crf_log_partition(scores).numpy()[0], 1.5)

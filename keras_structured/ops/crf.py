@@ -11,7 +11,8 @@ structures are covered, both in pure TensorFlow (usable in graph mode,
 ``tf.function`` and XLA, with no Python in the loop body):
 
 * linear chains, by the forward algorithm in the log domain;
-* non-projective dependency trees, by the matrix-tree theorem (Koo et al., 2007).
+* non-projective dependency trees, by the matrix-tree theorem (Koo et al., 2007),
+  with a subtraction-free elimination of the Laplacian.
 
 Half-precision inputs are computed in float32 (the results keep that dtype).
 """
@@ -175,50 +176,82 @@ def _tree_inputs(scores, lengths):
     return scores, _checked_lengths(lengths, scores, tf.shape(scores)[1] - 1)
 
 
+def _log_sum(values, axis):
+    """``log sum exp`` along ``axis``: ``-inf`` (zero gradient) where every term is ``-inf``."""
+    top = tf.stop_gradient(tf.reduce_max(values, axis=axis, keepdims=True))
+    top = tf.where(tf.math.is_finite(top), top, tf.zeros_like(top))
+    total = tf.reduce_sum(tf.exp(values - top), axis=axis)
+    positive = total > 0
+    logs = tf.math.log(tf.where(positive, total, tf.ones_like(total))) + tf.squeeze(top, axis)
+    return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
+
+
+def _log_add(a, b):
+    return _log_sum(tf.stack([a, b]), 0)
+
+
 def _tree_log_partition(scores, lengths, single_root):
-    """``log Z`` of arc-factored trees by the matrix-tree theorem (see :func:`tree_crf_log_partition`)."""
-    dtype = scores.dtype
+    """``log Z`` of arc-factored trees by the matrix-tree theorem (see :func:`tree_crf_log_partition`).
+
+    The Laplacian ``L = diag(r + sum_i A[i, :]) - A`` of the word-to-word arc weights
+    ``A`` and the root weights ``r`` is eliminated word by word with the
+    Grassmann-Taksar-Heyman update: the Schur complement has the same form, with
+    ``A' = A + A[:, k] A[k, :] / p``, ``r' = r + r_k A[k, :] / p`` and the pivot
+    ``p = r_k + sum_i A[i, k]``. Every step adds nonnegative numbers (in the log
+    domain), so ``log det L = sum log p`` keeps its relative accuracy however close
+    ``L`` is to singular, which Gaussian elimination, QR or LU on ``L`` do not: with
+    confident scores whose best heads form a cycle, those lose every digit.
+    """
+    result_dtype = scores.dtype
+    # The single-root offset below is thousands of nats: float64 keeps the digits under it.
+    dtype = tf.float64 if single_root else result_dtype
+    scores = tf.cast(scores, dtype)
+    neg_inf = tf.constant(-float("inf"), dtype)
     num_words = tf.shape(scores)[1] - 1
     word = tf.range(num_words)[None, :] < lengths[:, None]  # (batch, n)
-    # Arcs (head, modifier) between real words, head != modifier; the root row is separate.
+    # Arcs (head, modifier) between real words, head != modifier.
     word_arcs = word[:, :, None] & word[:, None, :] & ~tf.eye(num_words, dtype=tf.bool)[None]
-    valid = tf.concat([word[:, None, :], word_arcs], axis=1)  # (batch, n + 1, n) over scores[:, :, 1:]
-    arc_scores = scores[:, :, 1:]
-    # Column m of the Laplacian holds only the weights of arcs into word m, and every
-    # tree has exactly one such arc: scaling the column by exp(-shift[m]), with shift[m]
-    # the best score into m, shifts log Z by shift[m] and keeps exp in range.
-    shift = tf.reduce_max(tf.where(valid, arc_scores, tf.constant(-float("inf"), dtype)), axis=1)
-    shift = tf.stop_gradient(tf.where(tf.math.is_finite(shift), shift, tf.zeros_like(shift)))
-    safe = tf.where(valid, arc_scores - shift[:, None, :], tf.zeros_like(arc_scores))
-    weights = tf.where(valid, tf.exp(safe), tf.zeros_like(safe))
-    root, arcs = weights[:, 0], weights[:, 1:]  # (batch, n), (batch, n, n)
-    padding = tf.cast(~word, dtype)
-    incoming = tf.reduce_sum(arcs, axis=1)
+    log_arcs = tf.where(word_arcs, scores[:, 1:, 1:], neg_inf)
+    # Padded words are isolated, with root weight 1: pivots of 1 that leave det L alone.
+    log_root = tf.where(word, scores[:, 0, 1:], tf.zeros_like(scores[:, 0, 1:]))
+    offset = tf.zeros_like(log_root[:, 0])
     if single_root:
-        # Koo et al. (2007): drop the root from the in-degrees, put the root
-        # weights in the first row (kept an identity row when there are no words).
-        laplacian = tf.linalg.diag(incoming + padding) - arcs
-        first_word = tf.one_hot(0, num_words, dtype=dtype)[None, :] * padding[:, :1]
-        laplacian = tf.concat([(root + first_word)[:, None, :], laplacian[:, 1:]], axis=1)
-    else:
-        laplacian = tf.linalg.diag(root + incoming + padding) - arcs
-    return _log_abs_det(laplacian) + tf.reduce_sum(shift, axis=-1)
+        # Scaling the root weights by t gives Z(t) = t Z_1 + t^2 Z_2 + ... (Z_k: the trees with
+        # k root children). A single-root tree scores at least n * low, and Z_k <= (n + 1)^(n - 1)
+        # exp(n * high), so this t leaves Z(t) / t = Z_1 up to a relative exp(-40), and puts
+        # Z(t) / t below exp(n * low - 40) when no single-root tree exists.
+        candidates = tf.concat([log_arcs, tf.where(word, log_root, neg_inf)[:, None, :]], axis=1)
+        real = tf.math.is_finite(candidates)
+        high = tf.reduce_max(tf.where(real, candidates, tf.fill(tf.shape(candidates), neg_inf)), [1, 2])
+        low = tf.reduce_min(tf.where(real, candidates, tf.fill(tf.shape(candidates), -neg_inf)), [1, 2])
+        n = tf.cast(lengths, dtype)
+        spread = tf.where(n > 0, high - low, tf.zeros_like(n))
+        offset = tf.stop_gradient(-(n + 1.0) * tf.math.log(n + 1.0) - n * spread - 40.0)
+        offset = tf.where(n > 0, offset, tf.zeros_like(offset))
+        log_root = tf.where(word, log_root + offset[:, None], log_root)
+        floor = tf.stop_gradient(tf.where(n > 0, n * low - 20.0, tf.fill(tf.shape(n), neg_inf)))
 
+    def eliminate(k, log_arcs, log_root, log_det):
+        into_k, out_of_k = log_arcs[:, :, k], log_arcs[:, k, :]
+        pivot = _log_add(log_root[:, k], _log_sum(into_k, 1))
+        scale = tf.where(tf.math.is_finite(pivot), pivot, tf.zeros_like(pivot))[:, None]
+        log_arcs = _log_add(log_arcs, (into_k - scale)[:, :, None] + out_of_k[:, None, :])
+        log_root = _log_add(log_root, log_root[:, k][:, None] - scale + out_of_k)
+        # Word k is gone: no arcs into or out of it, and no self-loops.
+        gone = tf.range(num_words) == k
+        keep = ~(gone[None, :, None] | gone[None, None, :] | tf.eye(num_words, dtype=tf.bool)[None])
+        return k + 1, tf.where(keep, log_arcs, neg_inf), log_root, log_det + pivot
 
-@tf.custom_gradient
-def _log_abs_det(matrix):
-    """``log |det(matrix)|`` from a QR decomposition: like ``tf.linalg.slogdet``, but XLA-compatible.
-
-    The gradient is ``inverse(matrix)^T = Q R^-T``, by one triangular solve.
-    """
-    q, r = tf.linalg.qr(matrix)
-    value = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(r))), axis=-1)
-
-    def grad(upstream):
-        inverse = tf.linalg.triangular_solve(r, tf.linalg.matrix_transpose(q), lower=False)
-        return upstream[:, None, None] * tf.linalg.matrix_transpose(inverse)
-
-    return value, grad
+    _, _, _, log_det = tf.while_loop(
+        lambda k, *_: k < num_words,
+        eliminate,
+        (tf.constant(0), log_arcs, log_root, tf.zeros_like(offset)),
+        maximum_iterations=num_words,
+    )
+    log_z = log_det - offset
+    if single_root:
+        log_z = tf.where(log_z > floor, log_z, neg_inf)
+    return tf.cast(log_z, result_dtype)
 
 
 def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> tf.Tensor:
@@ -232,13 +265,15 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
     ``single_root=True`` only trees with exactly one word attached to the root
     count; the first row of the Laplacian then holds the root weights.
 
-    Before ``exp``, the scores of the arcs into each word are shifted by their
-    maximum (the Laplacian column of that word scales by a known factor, so
-    ``exp`` never overflows and the best arcs never underflow), and the
-    log-determinant is the sum of
-    ``log |R_ii|`` of a QR decomposition (backward stable, and unlike
-    ``tf.linalg.slogdet`` compilable with XLA). Padded words get identity rows
-    and columns.
+    The determinant is taken by eliminating one word at a time in the log domain
+    with the Grassmann-Taksar-Heyman update, which only adds nonnegative numbers:
+    ``log Z`` keeps its relative accuracy for any scores, also confident ones whose
+    best heads form cycles, where LU or QR on the Laplacian return garbage (in
+    float64 too, once the best cycle outscores the best tree by about 20 nats).
+    ``single_root`` counts the trees with one root child as the first-order term
+    of ``Z`` in a vanishing scale of the root weights, computed in float64. Padded
+    words are left out. Pure TensorFlow (a ``tf.while_loop`` over the words), so it
+    compiles with XLA.
 
     Args:
         scores: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``; index 0 is
