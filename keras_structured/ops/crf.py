@@ -190,17 +190,61 @@ def _log_add(a, b):
     return _log_sum(tf.stack([a, b]), 0)
 
 
+def _log_of(values, log_scale):
+    """``log(values) + log_scale`` of nonnegative ``values``, ``-inf`` (zero gradient) at zeros."""
+    positive = values > 0
+    logs = tf.math.log(tf.where(positive, values, tf.ones_like(values))) + log_scale
+    return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
+
+
+def _log_det_by_elimination(log_arcs, log_root, num_words):
+    """``log det`` of the Laplacian of arcs ``exp(log_arcs)`` and root weights ``exp(log_root)``.
+
+    Grassmann-Taksar-Heyman elimination, word by word: with the pivot
+    ``p = r_k + sum_i A[i, k]``, the Schur complement is the Laplacian of
+    ``A' = A + A[:, k] A[k, :] / p`` and ``r' = r + r_k A[k, :] / p``. The arcs are kept
+    in the linear domain, each column scaled to a maximum of 1 by a log-domain factor
+    (the update leaves those factors alone, and no column sum ever grows), and the
+    root weights in the log domain, where they may fall far below the arcs.
+    """
+    dtype = log_arcs.dtype
+    scale = tf.stop_gradient(tf.reduce_max(log_arcs, axis=1))
+    scale = tf.where(tf.math.is_finite(scale), scale, tf.zeros_like(scale))
+    arcs = tf.exp(log_arcs - scale[:, None, :])
+    self_loops = tf.eye(num_words, dtype=tf.bool)[None]
+
+    def eliminate(k, arcs, scale, log_root, log_det):
+        into_k, out_of_k = arcs[:, :, k], arcs[:, k, :]
+        pivot = _log_add(log_root[:, k], _log_of(tf.reduce_sum(into_k, axis=1), scale[:, k]))
+        finite = tf.math.is_finite(pivot)
+        log_pivot = tf.where(finite, pivot, tf.zeros_like(pivot))
+        factor = tf.where(finite, tf.exp(scale[:, k] - log_pivot), tf.zeros_like(pivot))
+        arcs = arcs + (factor[:, None] * into_k)[:, :, None] * out_of_k[:, None, :]
+        gain = (log_root[:, k] - log_pivot)[:, None] + _log_of(out_of_k, scale)
+        log_root = _log_add(log_root, gain)
+        # Word k is gone: no arcs into or out of it, and no self-loops; columns back to a max of 1.
+        gone = tf.range(num_words) == k
+        arcs = tf.where(gone[None, :, None] | gone[None, None, :] | self_loops, tf.zeros_like(arcs), arcs)
+        top = tf.stop_gradient(tf.reduce_max(arcs, axis=1))
+        top = tf.where(top > 0, top, tf.ones_like(top))
+        return k + 1, arcs / top[:, None, :], scale + tf.math.log(top), log_root, log_det + pivot
+
+    zero = tf.zeros_like(log_root[:, 0], dtype=dtype)
+    return tf.while_loop(
+        lambda k, *_: k < num_words,
+        eliminate,
+        (tf.constant(0), arcs, scale, log_root, zero),
+        maximum_iterations=num_words,
+    )[-1]
+
+
 def _tree_log_partition(scores, lengths, single_root):
     """``log Z`` of arc-factored trees by the matrix-tree theorem (see :func:`tree_crf_log_partition`).
 
-    The Laplacian ``L = diag(r + sum_i A[i, :]) - A`` of the word-to-word arc weights
-    ``A`` and the root weights ``r`` is eliminated word by word with the
-    Grassmann-Taksar-Heyman update: the Schur complement has the same form, with
-    ``A' = A + A[:, k] A[k, :] / p``, ``r' = r + r_k A[k, :] / p`` and the pivot
-    ``p = r_k + sum_i A[i, k]``. Every step adds nonnegative numbers (in the log
-    domain), so ``log det L = sum log p`` keeps its relative accuracy however close
-    ``L`` is to singular, which Gaussian elimination, QR or LU on ``L`` do not: with
-    confident scores whose best heads form a cycle, those lose every digit.
+    ``log det`` of the Laplacian comes from :func:`_log_det_by_elimination`, which only adds
+    nonnegative numbers and so keeps its relative accuracy however close the Laplacian is
+    to singular; Gaussian elimination, QR or LU do not: with confident scores whose best
+    heads form a cycle, they lose every digit.
     """
     result_dtype = scores.dtype
     # The single-root offset below is thousands of nats: float64 keeps the digits under it.
@@ -231,23 +275,7 @@ def _tree_log_partition(scores, lengths, single_root):
         log_root = tf.where(word, log_root + offset[:, None], log_root)
         floor = tf.stop_gradient(tf.where(n > 0, n * low - 20.0, tf.fill(tf.shape(n), neg_inf)))
 
-    def eliminate(k, log_arcs, log_root, log_det):
-        into_k, out_of_k = log_arcs[:, :, k], log_arcs[:, k, :]
-        pivot = _log_add(log_root[:, k], _log_sum(into_k, 1))
-        scale = tf.where(tf.math.is_finite(pivot), pivot, tf.zeros_like(pivot))[:, None]
-        log_arcs = _log_add(log_arcs, (into_k - scale)[:, :, None] + out_of_k[:, None, :])
-        log_root = _log_add(log_root, log_root[:, k][:, None] - scale + out_of_k)
-        # Word k is gone: no arcs into or out of it, and no self-loops.
-        gone = tf.range(num_words) == k
-        keep = ~(gone[None, :, None] | gone[None, None, :] | tf.eye(num_words, dtype=tf.bool)[None])
-        return k + 1, tf.where(keep, log_arcs, neg_inf), log_root, log_det + pivot
-
-    _, _, _, log_det = tf.while_loop(
-        lambda k, *_: k < num_words,
-        eliminate,
-        (tf.constant(0), log_arcs, log_root, tf.zeros_like(offset)),
-        maximum_iterations=num_words,
-    )
+    log_det = _log_det_by_elimination(log_arcs, log_root, num_words)
     log_z = log_det - offset
     if single_root:
         log_z = tf.where(log_z > floor, log_z, neg_inf)
@@ -265,8 +293,9 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
     ``single_root=True`` only trees with exactly one word attached to the root
     count; the first row of the Laplacian then holds the root weights.
 
-    The determinant is taken by eliminating one word at a time in the log domain
-    with the Grassmann-Taksar-Heyman update, which only adds nonnegative numbers:
+    The determinant is taken by eliminating one word at a time with the
+    Grassmann-Taksar-Heyman update (arcs scaled per column, root weights in the log
+    domain), which only adds nonnegative numbers:
     ``log Z`` keeps its relative accuracy for any scores, also confident ones whose
     best heads form cycles, where LU or QR on the Laplacian return garbage (in
     float64 too, once the best cycle outscores the best tree by about 20 nats).
