@@ -258,3 +258,22 @@ def test_single_root_without_a_single_root_tree_is_minus_inf():
     scores[0, 0, 1:] = [0.5, -1.0, 2.0]
     assert tree_crf_log_partition(scores, single_root=True).numpy()[0] == -np.inf
     np.testing.assert_allclose(tree_crf_log_partition(scores).numpy()[0], 1.5)
+
+
+@pytest.mark.parametrize("single_root", [False, True])
+def test_tree_marginals_in_a_graph_are_finite_for_long_sentences_and_low_root_scores(single_root):
+    # A word whose arcs are all eliminated has a pivot of its root weight alone: tiny here,
+    # and tinier still under the single-root scaling. Its (unused) spreading factor must not
+    # overflow, or the while loop's gradient turns NaN (the eager tape never sees it).
+    rng = np.random.default_rng(9)
+    scores = rng.normal(size=(2, 61, 61))
+    scores[:, 0, 1:] -= 100.0
+    lengths = tf.constant([60, 45])
+    graph = tf.function(lambda s: tree_crf_marginals(s, lengths, single_root=single_root))
+    for dtype in (tf.float32, tf.float64):
+        mu = graph(tf.constant(scores, dtype)).numpy()
+        assert np.isfinite(mu).all()
+        for b, length in enumerate([60, 45]):
+            np.testing.assert_allclose(mu[b].sum(0)[1 : length + 1], 1.0, atol=1e-4)
+        if single_root:
+            np.testing.assert_allclose(mu[:, 0].sum(1), 1.0, atol=1e-4)

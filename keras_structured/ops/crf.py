@@ -197,6 +197,8 @@ def _log_of(values, log_scale):
     return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
 
 
+# A graph even when called eagerly: the loop runs n steps of a dozen ops each.
+@tf.function(reduce_retracing=True)
 def _log_det_by_elimination(log_arcs, log_root, num_words):
     """``log det`` of the Laplacian of arcs ``exp(log_arcs)`` and root weights ``exp(log_root)``.
 
@@ -215,10 +217,14 @@ def _log_det_by_elimination(log_arcs, log_root, num_words):
 
     def eliminate(k, arcs, scale, log_root, log_det):
         into_k, out_of_k = arcs[:, :, k], arcs[:, k, :]
-        pivot = _log_add(log_root[:, k], _log_of(tf.reduce_sum(into_k, axis=1), scale[:, k]))
-        finite = tf.math.is_finite(pivot)
-        log_pivot = tf.where(finite, pivot, tf.zeros_like(pivot))
-        factor = tf.where(finite, tf.exp(scale[:, k] - log_pivot), tf.zeros_like(pivot))
+        total = tf.reduce_sum(into_k, axis=1)
+        pivot = _log_add(log_root[:, k], _log_of(total, scale[:, k]))
+        log_pivot = tf.where(tf.math.is_finite(pivot), pivot, tf.zeros_like(pivot))
+        # A^T e_k / p <= 1 (the column's largest arc is 1); with no arc into k there is nothing
+        # to spread, and the guard keeps exp from overflowing (and NaN out of the gradient).
+        arcs_in = total > 0
+        factor = tf.exp(tf.where(arcs_in, scale[:, k] - log_pivot, tf.zeros_like(pivot)))
+        factor = tf.where(arcs_in, factor, tf.zeros_like(factor))
         arcs = arcs + (factor[:, None] * into_k)[:, :, None] * out_of_k[:, None, :]
         gain = (log_root[:, k] - log_pivot)[:, None] + _log_of(out_of_k, scale)
         log_root = _log_add(log_root, gain)
