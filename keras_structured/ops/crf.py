@@ -197,8 +197,6 @@ def _log_of(values, log_scale):
     return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
 
 
-# A graph even when called eagerly: the loop runs n steps of a dozen ops each.
-@tf.function(reduce_retracing=True)
 def _log_det_by_elimination(log_arcs, log_root, num_words):
     """``log det`` of the Laplacian of arcs ``exp(log_arcs)`` and root weights ``exp(log_root)``.
 
