@@ -1,7 +1,7 @@
 """Tree-CRF log-partition: the subtraction-free elimination against ``tf.linalg.slogdet``.
 
-``keras_structured.ops.tree_crf_log_partition`` eliminates the Laplacian word by word in
-the log domain (accurate for any scores). The baseline is the textbook matrix-tree
+``keras_structured.ops.tree_crf_log_partition`` eliminates the Laplacian word by word,
+adding only nonnegative numbers (accurate for any scores). The baseline is the textbook matrix-tree
 computation, ``tf.linalg.slogdet`` of Koo et al.'s Laplacian with the arc scores into
 each word shifted by their maximum: fast, and wrong once confident heads form cycles.
 Both run forward and backward (the CRF loss's work) inside ``tf.function`` on the same

@@ -180,10 +180,7 @@ def _log_sum(values, axis):
     """``log sum exp`` along ``axis``: ``-inf`` (zero gradient) where every term is ``-inf``."""
     top = tf.stop_gradient(tf.reduce_max(values, axis=axis, keepdims=True))
     top = tf.where(tf.math.is_finite(top), top, tf.zeros_like(top))
-    total = tf.reduce_sum(tf.exp(values - top), axis=axis)
-    positive = total > 0
-    logs = tf.math.log(tf.where(positive, total, tf.ones_like(total))) + tf.squeeze(top, axis)
-    return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
+    return _log_of(tf.reduce_sum(tf.exp(values - top), axis=axis), tf.squeeze(top, axis))
 
 
 def _log_add(a, b):
@@ -207,7 +204,6 @@ def _log_det_by_elimination(log_arcs, log_root, num_words):
     (the update leaves those factors alone, and no column sum ever grows), and the
     root weights in the log domain, where they may fall far below the arcs.
     """
-    dtype = log_arcs.dtype
     scale = tf.stop_gradient(tf.reduce_max(log_arcs, axis=1))
     scale = tf.where(tf.math.is_finite(scale), scale, tf.zeros_like(scale))
     arcs = tf.exp(log_arcs - scale[:, None, :])
@@ -233,11 +229,10 @@ def _log_det_by_elimination(log_arcs, log_root, num_words):
         top = tf.where(top > 0, top, tf.ones_like(top))
         return k + 1, arcs / top[:, None, :], scale + tf.math.log(top), log_root, log_det + pivot
 
-    zero = tf.zeros_like(log_root[:, 0], dtype=dtype)
     return tf.while_loop(
         lambda k, *_: k < num_words,
         eliminate,
-        (tf.constant(0), arcs, scale, log_root, zero),
+        (tf.constant(0), arcs, scale, log_root, tf.zeros_like(log_root[:, 0])),
         maximum_iterations=num_words,
     )[-1]
 
@@ -269,9 +264,8 @@ def _tree_log_partition(scores, lengths, single_root):
         # exp(n * high), so this t leaves Z(t) / t = Z_1 up to a relative exp(-40), and puts
         # Z(t) / t below exp(n * low - 40) when no single-root tree exists.
         candidates = tf.concat([log_arcs, tf.where(word, log_root, neg_inf)[:, None, :]], axis=1)
-        real = tf.math.is_finite(candidates)
-        high = tf.reduce_max(tf.where(real, candidates, tf.fill(tf.shape(candidates), neg_inf)), [1, 2])
-        low = tf.reduce_min(tf.where(real, candidates, tf.fill(tf.shape(candidates), -neg_inf)), [1, 2])
+        high = tf.reduce_max(candidates, [1, 2])  # forbidden and padded arcs are -inf
+        low = tf.reduce_min(tf.where(candidates > neg_inf, candidates, -neg_inf), [1, 2])
         n = tf.cast(lengths, dtype)
         spread = tf.where(n > 0, high - low, tf.zeros_like(n))
         offset = tf.stop_gradient(-(n + 1.0) * tf.math.log(n + 1.0) - n * spread - 40.0)
@@ -295,7 +289,7 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
     theorem: ``Z`` is the determinant of the ``L x L`` Laplacian of the arc weights
     ``exp(scores)`` with the root row and column removed (Koo et al., 2007). With
     ``single_root=True`` only trees with exactly one word attached to the root
-    count; the first row of the Laplacian then holds the root weights.
+    count.
 
     The determinant is taken by eliminating one word at a time with the
     Grassmann-Taksar-Heyman update (arcs scaled per column, root weights in the log
