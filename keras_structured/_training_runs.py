@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
+import numpy as np
 
 from keras_structured._tensorboard import ScalarWriter
 
@@ -118,6 +119,20 @@ def finished(config: Any, state: dict) -> bool:
     if state["epoch"] >= config.epochs:
         return True
     return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
+
+
+def reseed_dropout(model: keras.Model, seed: int) -> None:
+    """Set every dropout layer's random state from ``seed``: the masks of an epoch then depend
+    on ``(seed, epoch)`` only, not on what ran before (a ``.keras`` file does not store them).
+
+    Args:
+        model: a model whose top-level layers may include ``keras.layers.Dropout``.
+        seed: the epoch's seed (:func:`epoch_seed`).
+    """
+    for index, layer in enumerate(model.layers):
+        if isinstance(layer, keras.layers.Dropout):
+            state = layer.seed_generator.state
+            state.assign(np.array([seed, index], dtype=keras.backend.standardize_dtype(state.dtype)))
 
 
 def recover_checkpoint(logdir: pathlib.Path) -> None:
@@ -340,7 +355,7 @@ class TrainingRun:
 
         Args:
             model: the compiled model.
-            dataset: the epoch's training batches.
+            dataset: the epoch's training batches, already shuffled (``model.fit`` does not).
             batches: their number (for the progress bar).
             **fit_arguments: more arguments of ``model.fit``.
 
@@ -351,7 +366,13 @@ class TrainingRun:
         callbacks = [] if self._quiet else [_ProgressBar(epoch, self.config.epochs, batches)]
         start = time.perf_counter()
         history = model.fit(
-            dataset, epochs=epoch + 1, initial_epoch=epoch, verbose=0, callbacks=callbacks, **fit_arguments
+            dataset,
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            verbose=0,
+            callbacks=callbacks,
+            shuffle=False,
+            **fit_arguments,
         )
         return history, time.perf_counter() - start
 

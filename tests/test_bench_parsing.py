@@ -238,7 +238,8 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     logdir = str(tmp_path / "vi" / "margin_sparsemap" / "lr0.0005" / "seed1")
     train = ["py", "-m", "keras_structured.parsing", "train", "--treebank", str(Path("/ud") / "vi_vtb-2.0")]
     train += ["--loss", "margin_sparsemap", "--learning-rate", "0.0005", "--seed", "1", "--logdir", logdir]
-    train += ["--min-epochs", "20", "--max-train-sentences", "200", "--epochs", "3", "--quiet"]
+    train += ["--min-epochs", "20", *bench.PARSER_ARGS, "--max-train-sentences", "200", "--epochs", "3"]
+    train += ["--quiet"]
     evaluate = [
         (
             "eval",
@@ -331,6 +332,7 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     assert lines[0] == (
         f"{py} -m keras_structured.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
         f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs 20 "
+        "--lowercase --collapse-numbers --dropout 0.33 --learning-rate-decay 0.9 "
         "--max-train-sentences 200 --epochs 3 --quiet"
     )
     assert lines[1] == f"{py} -m keras_structured.parsing evaluate --logdir {logdir} --split dev --json"
@@ -364,6 +366,12 @@ def test_run_refuses_a_root_of_other_training_options(tmp_path, capsys):
     )
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
     assert "other options" in capsys.readouterr().err
+    # a suite of the parser's earlier configuration (no parser options recorded) is refused too
+    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"config": {"train_args": []}}))
+    assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
+    assert "parser_args" in capsys.readouterr().err
+    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"config": bench.SuiteConfig().to_json()}))
+    assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 0
 
 
 # ---------------------------------------------------------------------------------------------- report

@@ -179,6 +179,28 @@ def test_vocabulary_ids_counts_and_config():
         Vocabulary(words=["a", "a"], tags=[])
 
 
+def test_kiperwasser_goldberg_normalisation():
+    """Lowercased words, and every word that starts with an ASCII digit counted as one word."""
+    train = [
+        _sentence(["The", "3", "dogs"], [3, 3, 0]),
+        _sentence(["1,000", "the", "2nd", "x1", "٣"], [2, 0, 2, 2, 2]),
+    ]
+    vocabulary = Vocabulary.from_sentences(train, lowercase=True, collapse_numbers=True)
+    assert vocabulary.words[3:5] == ("<num>", "the") and vocabulary.counts[3:5].tolist() == [3, 2]
+    assert set(vocabulary.words[5:]) == {"dogs", "x1", "٣"}  # only ASCII digits start a number
+    assert vocabulary.word_id("42") == vocabulary.word_id("9.5") == vocabulary.word_id("<num>") == 3
+    assert vocabulary.word_id("THE") == 4 and vocabulary.word_id("X1") != UNK_ID
+    restored = Vocabulary.from_config(json.loads(json.dumps(vocabulary.get_config())))
+    assert restored == vocabulary and restored.collapse_numbers and restored.lowercase
+    as_written = Vocabulary.from_sentences(train)
+    assert as_written.word_id("3") != as_written.word_id("1,000") and as_written.word_id("THE") == UNK_ID
+    numbers_only = Vocabulary.from_sentences(train, collapse_numbers=True)
+    assert numbers_only.word_id("7") == numbers_only.word_id("<num>")
+    assert numbers_only.word_id("the") != numbers_only.word_id("The")
+    with pytest.raises(ValueError, match="collapse_numbers"):
+        Vocabulary([], [], collapse_numbers="yes")
+
+
 def test_a_word_spelled_like_a_reserved_name_gets_its_own_id():
     vocabulary = Vocabulary.from_sentences([_sentence(["<unk>"], [0])])
     assert vocabulary.word_id("<unk>") == 3

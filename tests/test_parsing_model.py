@@ -57,6 +57,22 @@ def test_bad_arguments_are_named():
         ArcScorer(0)
     with pytest.raises(ValueError, match="Received: lstm_layers=0"):
         build_parser(10, 5, lstm_layers=0)
+    with pytest.raises(ValueError, match="dropout"):
+        build_parser(10, 5, dropout=1.0)
+
+
+def test_dropout_acts_in_training_only():
+    inputs = {"words": tf.constant([[2, 5, 7, 9]]), "tags": tf.constant([[2, 3, 4, 3]])}
+    keras.utils.set_random_seed(0)
+    model = build_parser(50, 10, dropout=0.5, **SMALL)
+    assert [layer.name for layer in model.layers if isinstance(layer, keras.layers.Dropout)] == [
+        "token_dropout",
+        "bilstm_0_dropout",
+    ]
+    inference = model(inputs).numpy()
+    np.testing.assert_array_equal(model(inputs, training=False).numpy(), inference)
+    assert not np.allclose(model(inputs, training=True).numpy(), inference)
+    assert not any(isinstance(layer, keras.layers.Dropout) for layer in build_parser(50, 10, **SMALL).layers)
 
 
 def _fit_sample(loss: str, rounds: int = 30):
@@ -147,6 +163,7 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
     dropout), as after a real interruption."""
     treebank = _treebank(tmp_path)
     quick = ["--epochs", "2", "--max-train-sentences", "12", "--sparsity-sentences", "2"]
+    quick += ["--dropout", "0.3", "--lowercase", "--collapse-numbers"]  # dropout's random state resumes too
     uninterrupted = _arguments(treebank, tmp_path / "whole", *quick)
     part = functools.partial(_arguments, treebank, tmp_path / "parts", *quick, "--time-limit", "0")
     # The uninterrupted run, then the first epoch of the interrupted one; its second epoch alone.
@@ -159,6 +176,23 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
             [float(row[column]) for row in parts], [float(row[column]) for row in whole], rtol=1e-7
         )
     _assert_test_evaluation(tmp_path / "parts", capsys)
+
+
+def test_the_learning_rate_decays_after_each_epoch_without_a_better_dev_uas(tmp_path):
+    """At a learning rate of 1e-9 the dev UAS of epoch 1 is never beaten: epochs 2 and 3 each
+    multiply the rate by the decay, and the optimizer trains at the decayed rate."""
+    treebank = _treebank(tmp_path)
+    logdir = tmp_path / "decay"
+    quick = ["--max-train-sentences", "4", "--sparsity-sentences", "2", "--learning-rate-decay", "0.5"]
+    main(_arguments(treebank, logdir, *quick, "--learning-rate", "1e-9"))
+    rows = read_progress(logdir)
+    assert len({row["dev_uas"] for row in rows}) == 1 and len(rows) == 3
+    final = json.loads((logdir / "final.json").read_text())
+    assert final["final_learning_rate"] == pytest.approx(1e-9 * 0.5**2)
+    model = keras.saving.load_model(logdir / "checkpoint" / "model.keras", compile=True)
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(1e-9 * 0.5)  # epoch 3's rate
+    with pytest.raises(ValueError, match="Received: learning_rate_decay=0.0"):
+        main(_arguments(treebank, tmp_path / "bad", "--learning-rate-decay", "0"))
 
 
 def test_runs_are_never_mixed(tmp_path):

@@ -35,7 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, write_json
+from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, reseed_dropout, write_json
 from keras_structured._validation import check_integer
 from keras_structured.engine import SparseMAPConvergenceWarning
 from keras_structured.nli.alignments import ATTENTIONS
@@ -118,15 +118,6 @@ class NLIConfig:
                 "learning_rate_decay must be in (0, 1]. "
                 f"Received: learning_rate_decay={self.learning_rate_decay}"
             )
-
-
-def _reseed_dropout(model: keras.Model, seed: int) -> None:
-    """Set every dropout layer's random state from ``seed``: the masks of an epoch then depend
-    on ``(seed, epoch)`` only, not on what ran before (a ``.keras`` file does not store them)."""
-    for index, layer in enumerate(model.layers):
-        if isinstance(layer, keras.layers.Dropout):
-            state = layer.seed_generator.state
-            state.assign(np.array([seed, index], dtype=keras.backend.standardize_dtype(state.dtype)))
 
 
 # ------------------------------------------------------------------------------------------ inspection
@@ -287,11 +278,11 @@ def train(
         seed = epoch_seed(config.seed, epoch)
         dataset = make_dataset(train_pairs, vocabulary, config.batch_size, shuffle=True, seed=seed)
         # Not keras.utils.set_random_seed: a new global TensorFlow seed retraces the training function.
-        _reseed_dropout(model, seed)
+        reseed_dropout(model, seed)
         model.optimizer.learning_rate.assign(run.state["learning_rate"])
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SparseMAPConvergenceWarning)
-            history, seconds = run.fit(model, dataset, batches, shuffle=False)
+            history, seconds = run.fit(model, dataset, batches)
         unfinished = sum(issubclass(w.category, SparseMAPConvergenceWarning) for w in caught)
         for other in (w for w in caught if not issubclass(w.category, SparseMAPConvergenceWarning)):
             warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)

@@ -36,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--loss", default="sparsemap", choices=_LOSSES)
     train.add_argument("--learning-rate", type=float, default=2e-3, help="Adam's learning rate")
+    train.add_argument(
+        "--learning-rate-decay",
+        type=float,
+        default=1.0,
+        help="factor applied to the learning rate after an epoch without a better dev UAS (1: none)",
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--epochs", type=int, default=30, help="most epochs")
     train.add_argument(
@@ -54,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--word-dropout", type=float, default=0.25, help="alpha of the frequency-based word dropout"
     )
+    train.add_argument("--lowercase", action="store_true", help="lowercase the words")
+    train.add_argument(
+        "--collapse-numbers", action="store_true", help="words starting with a digit are one word, <num>"
+    )
     train.add_argument("--single-root", action="store_true", help="exactly one word attached to the root")
     train.add_argument(
         "--sparsity-sentences",
@@ -66,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lstm-units", type=int, default=125, help="units per direction of each BiLSTM layer")
     train.add_argument("--lstm-layers", type=int, default=2, help="BiLSTM layers")
     train.add_argument("--mlp-units", type=int, default=100, help="hidden units of the arc perceptron")
+    train.add_argument(
+        "--dropout", type=float, default=0.0, help="dropout on the embeddings and BiLSTM outputs"
+    )
     train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
     train.add_argument(
         "--time-limit",

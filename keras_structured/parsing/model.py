@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured._validation import check_integer, check_one_of
+from keras_structured._validation import check_integer, check_number, check_one_of
 from keras_structured.engine import DependencyTreeStructure
 
 # The losses of Table 1, by the names the command line uses.
@@ -119,6 +119,7 @@ def build_parser(
     lstm_units: int = 125,
     lstm_layers: int = 2,
     mlp_units: int = 100,
+    dropout: float = 0.0,
 ) -> keras.Model:
     """The arc-factored BiLSTM parser (Kiperwasser & Goldberg 2016's sizes by default).
 
@@ -130,6 +131,8 @@ def build_parser(
         lstm_units: units per direction of each BiLSTM layer.
         lstm_layers: number of BiLSTM layers.
         mlp_units: hidden units of the arc perceptron.
+        dropout: rate of the dropout on the embeddings and on each BiLSTM layer's output,
+            in training only (Kiperwasser & Goldberg use none: 0).
 
     Returns:
         A ``keras.Model`` from ``{"words": (batch, n + 1), "tags": (batch, n + 1)}`` integer
@@ -150,6 +153,7 @@ def build_parser(
         ("mlp_units", mlp_units),
     ):
         check_integer(name, value, minimum=1)
+    dropout = check_number("dropout", dropout, minimum=0.0, maximum=1.0, open_maximum=True)
     words = keras.Input((None,), dtype="int32", name="words")
     tags = keras.Input((None,), dtype="int32", name="tags")
     embedded = keras.layers.Concatenate(name="tokens")(
@@ -158,10 +162,12 @@ def build_parser(
             keras.layers.Embedding(num_tags, tag_dim, mask_zero=True, name="tag_embedding")(tags),
         ]
     )
-    hidden = embedded
+    hidden = keras.layers.Dropout(dropout, name="token_dropout")(embedded) if dropout else embedded
     for layer in range(lstm_layers):
         hidden = keras.layers.Bidirectional(
             keras.layers.LSTM(lstm_units, return_sequences=True), name=f"bilstm_{layer}"
         )(hidden)
+        if dropout:
+            hidden = keras.layers.Dropout(dropout, name=f"bilstm_{layer}_dropout")(hidden)
     scores = ArcScorer(mlp_units, name="arc_scores")(hidden)
     return keras.Model({"words": words, "tags": tags}, scores, name="kg_parser")

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, write_json
+from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, reseed_dropout, write_json
 from keras_structured.engine import DependencyTreeStructure, SparseMAPConvergenceWarning, solve
 from keras_structured.engine.dependency_tree import best_trees
 from keras_structured.parsing.batching import make_dataset
@@ -61,7 +61,10 @@ class ParserConfig:
     Attributes:
         treebank: folder with ``*-ud-{train,dev,test}.conllu``.
         loss: one of :data:`~keras_structured.parsing.model.LOSSES`.
-        learning_rate: Adam's learning rate.
+        learning_rate: Adam's (initial) learning rate.
+        learning_rate_decay: factor applied to the learning rate after an epoch whose dev UAS
+            is not the best so far (1: constant, as in the SparseMAP paper's parser; its NLI
+            models use 0.9).
         seed: seeds the initialisation, the shuffling and the word dropout.
         epochs: most training epochs.
         patience: epochs without a better dev UAS before training stops.
@@ -74,17 +77,23 @@ class ParserConfig:
         max_train_sentences: use only the first this many training sentences (None: all).
         word_dropout: alpha of the word dropout (a word seen c times is replaced by the
             unknown word with probability alpha / (alpha + c)).
+        lowercase: words are lowercased before they are counted and looked up.
+        collapse_numbers: words starting with a digit are all one word (with ``lowercase``,
+            Kiperwasser & Goldberg's normalisation, as in the SparseMAP paper's parser).
         single_root: trees with exactly one word attached to the root.
         sparsity_sentences: the per-epoch sparsity (trees per sentence) is measured on the
             first this many dev sentences (all of them: None). An untrained model's scores
             are nearly uniform, and SparseMAP then needs up to ``max_iter`` MAP calls per
             sentence; ``evaluate`` always measures the whole split.
         word_dim, tag_dim, lstm_units, lstm_layers, mlp_units: model sizes.
+        dropout: dropout rate on the embeddings and BiLSTM outputs (0: none, as in
+            Kiperwasser & Goldberg).
     """
 
     treebank: str
     loss: str = "sparsemap"
     learning_rate: float = 2e-3
+    learning_rate_decay: float = 1.0
     seed: int = 0
     epochs: int = 30
     patience: int = 5
@@ -93,6 +102,8 @@ class ParserConfig:
     max_length: int = 100
     max_train_sentences: int | None = None
     word_dropout: float = 0.25
+    lowercase: bool = False
+    collapse_numbers: bool = False
     single_root: bool = False
     sparsity_sentences: int | None = 300
     word_dim: int = 100
@@ -100,6 +111,7 @@ class ParserConfig:
     lstm_units: int = 125
     lstm_layers: int = 2
     mlp_units: int = 100
+    dropout: float = 0.0
 
     def __post_init__(self):
         if self.loss not in LOSSES:
@@ -109,6 +121,11 @@ class ParserConfig:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}")
+        if not 0 < self.learning_rate_decay <= 1:
+            raise ValueError(
+                "learning_rate_decay must be in (0, 1]. "
+                f"Received: learning_rate_decay={self.learning_rate_decay}"
+            )
 
 
 def predict_scores(
@@ -230,7 +247,9 @@ def train(
         _truncate_sparsity_log(sparsity_log, run.state["epoch"])
     else:
         keras.utils.set_random_seed(config.seed)
-        vocabulary = Vocabulary.from_sentences(train_sentences)
+        vocabulary = Vocabulary.from_sentences(
+            train_sentences, lowercase=config.lowercase, collapse_numbers=config.collapse_numbers
+        )
         run.write_settings(vocabulary)
         model = build_parser(
             vocabulary.num_words,
@@ -240,13 +259,14 @@ def train(
             config.lstm_units,
             config.lstm_layers,
             config.mlp_units,
+            config.dropout,
         )
         model.compile(
             keras.optimizers.Adam(config.learning_rate),
             make_loss(config.loss, config.single_root),
             jit_compile=False,
         )
-        run.start()
+        run.start(learning_rate=config.learning_rate)
         sparsity_log.write_text("")
     if not quiet:
         print(
@@ -257,7 +277,10 @@ def train(
     for epoch in run.epochs():
         # The global seed first: TensorFlow draws the shuffling and word dropout from it and the
         # dataset's seed together, and a resumed run in a new process has no global seed yet.
+        # The dropout masks restart from the epoch's seed too (a checkpoint does not hold them).
         keras.utils.set_random_seed(epoch_seed(config.seed, epoch))
+        reseed_dropout(model, epoch_seed(config.seed, epoch))
+        model.optimizer.learning_rate.assign(run.state.get("learning_rate", config.learning_rate))
         dataset = make_dataset(
             train_sentences,
             vocabulary,
@@ -287,7 +310,9 @@ def train(
             handle.write(
                 json.dumps({"epoch": epoch + 1, "trees_per_sentence": scores["trees_per_sentence"]}) + "\n"
             )
-        run.end_epoch(model, row, scores["uas"], best_uas_no_punct=scores["uas_no_punct"])
+        if not run.end_epoch(model, row, scores["uas"], best_uas_no_punct=scores["uas_no_punct"]):
+            run.state["learning_rate"] = run.state.get("learning_rate", config.learning_rate)
+            run.state["learning_rate"] *= config.learning_rate_decay
         run.save_checkpoint(model, seconds)
         if not quiet:
             print(
@@ -301,7 +326,9 @@ def train(
         "dev_uas": run.state["best_uas"],
         "dev_uas_no_punct": run.state.get("best_uas_no_punct", float("nan")),
     }
-    return run.finish(best, {"train_sentences": len(train_sentences), "train_sentences_too_long": too_long})
+    details = {"train_sentences": len(train_sentences), "train_sentences_too_long": too_long}
+    details["final_learning_rate"] = run.state.get("learning_rate", config.learning_rate)
+    return run.finish(best, details)
 
 
 def _truncate_sparsity_log(path: pathlib.Path, epochs: int) -> None:

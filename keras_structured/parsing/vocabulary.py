@@ -34,7 +34,7 @@ import tensorflow as tf
 from keras_structured._validation import check_bool, check_integer, check_number
 from keras_structured.parsing.conllu_reader import Sentence
 
-__all__ = ["NUM_RESERVED", "PAD_ID", "RESERVED", "ROOT_ID", "UNK_ID", "Vocabulary", "word_dropout"]
+__all__ = ["NUMBER", "NUM_RESERVED", "PAD_ID", "RESERVED", "ROOT_ID", "UNK_ID", "Vocabulary", "word_dropout"]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -42,6 +42,8 @@ ROOT_ID = 2
 #: The names of the reserved ids 0, 1, 2.
 RESERVED = ("<pad>", "<unk>", "<root>")
 NUM_RESERVED = len(RESERVED)
+#: The word that stands for every number under ``collapse_numbers`` (Kiperwasser & Goldberg's "NUM").
+NUMBER = "<num>"
 
 
 def _index(items: Sequence[str], name: str) -> dict[str, int]:
@@ -61,13 +63,17 @@ class Vocabulary:
 
     Words are kept as written (case preserved: "The" and "the" are two words) unless
     ``lowercase=True``, which lowercases words when the vocabulary is built and when
-    sentences are encoded. Tags are never lowercased.
+    sentences are encoded; ``collapse_numbers=True`` makes every word whose first character
+    is an ASCII digit ("3", "1,000", "2nd") the one word :data:`NUMBER`. Both together are
+    Kiperwasser & Goldberg's normalisation, which the SparseMAP paper's parser uses. Tags
+    are never normalised.
 
     Args:
-        words: the known words, given ids ``3, 4, ...`` in this order.
+        words: the known words (normalised), given ids ``3, 4, ...`` in this order.
         tags: the known tags, given ids ``3, 4, ...`` in this order.
         counts: the training count of each word in ``words`` (default: zeros).
         lowercase: whether words are lowercased before look-up.
+        collapse_numbers: whether words starting with a digit are looked up as :data:`NUMBER`.
 
     Raises:
         ValueError: for repeated words or tags, or counts that are not one
@@ -89,8 +95,10 @@ class Vocabulary:
         tags: Sequence[str],
         counts: Sequence[int] | None = None,
         lowercase: bool = False,
+        collapse_numbers: bool = False,
     ) -> None:
         self._lowercase = check_bool("lowercase", lowercase)
+        self._collapse_numbers = check_bool("collapse_numbers", collapse_numbers)
         self._words = tuple(words)
         self._tags = tuple(tags)
         self._word_ids = _index(self._words, "words")
@@ -111,7 +119,11 @@ class Vocabulary:
 
     @classmethod
     def from_sentences(
-        cls, sentences: Iterable[Sentence], min_count: int = 1, lowercase: bool = False
+        cls,
+        sentences: Iterable[Sentence],
+        min_count: int = 1,
+        lowercase: bool = False,
+        collapse_numbers: bool = False,
     ) -> Vocabulary:
         """The vocabulary of a training set.
 
@@ -122,6 +134,7 @@ class Vocabulary:
             sentences: the training sentences.
             min_count: the fewest occurrences for a word to get an id.
             lowercase: whether to lowercase words (case is preserved by default).
+            collapse_numbers: whether words starting with a digit count as :data:`NUMBER`.
 
         Returns:
             The vocabulary, with the word counts.
@@ -135,11 +148,11 @@ class Vocabulary:
             [0, 0, 0, 2]
         """
         min_count = check_integer("min_count", min_count, minimum=1)
-        lowercase = check_bool("lowercase", lowercase)
+        normalize = cls([], [], lowercase=lowercase, collapse_numbers=collapse_numbers).normalize
         word_counts: collections.Counter = collections.Counter()
         tag_counts: collections.Counter = collections.Counter()
         for sentence in sentences:
-            word_counts.update([word.lower() for word in sentence.words] if lowercase else sentence.words)
+            word_counts.update(map(normalize, sentence.words))
             tag_counts.update(sentence.tags)
         kept = [(word, count) for word, count in word_counts.most_common() if count >= min_count]
         return cls(
@@ -147,6 +160,7 @@ class Vocabulary:
             tags=[tag for tag, _ in tag_counts.most_common()],
             counts=np.array([count for _, count in kept], dtype=np.int64),
             lowercase=lowercase,
+            collapse_numbers=collapse_numbers,
         )
 
     @property
@@ -165,6 +179,23 @@ class Vocabulary:
         return self._lowercase
 
     @property
+    def collapse_numbers(self) -> bool:
+        """Whether words starting with a digit are looked up as :data:`NUMBER`."""
+        return self._collapse_numbers
+
+    def normalize(self, word: str) -> str:
+        """The form under which ``word`` is counted and looked up.
+
+        Example:
+            >>> vocabulary = Vocabulary([], [], lowercase=True, collapse_numbers=True)
+            >>> [vocabulary.normalize(w) for w in ("The", "1,000", "2nd", "Sept.")]
+            ['the', '<num>', '<num>', 'sept.']
+        """
+        if self._collapse_numbers and "0" <= word[:1] <= "9":
+            return NUMBER
+        return word.lower() if self._lowercase else word
+
+    @property
     def counts(self) -> np.ndarray:
         """``(num_words,)`` int64: the training count of each word id, 0 for the reserved ids."""
         return self._counts
@@ -180,8 +211,8 @@ class Vocabulary:
         return RESERVED + self._tags
 
     def word_id(self, word: str) -> int:
-        """The id of ``word`` (lowercased first if :attr:`lowercase`), ``UNK_ID`` if unknown."""
-        return self._word_ids.get(word.lower() if self._lowercase else word, UNK_ID)
+        """The id of ``word`` (normalised first, :meth:`normalize`), ``UNK_ID`` if unknown."""
+        return self._word_ids.get(self.normalize(word), UNK_ID)
 
     def tag_id(self, tag: str) -> int:
         """The id of ``tag``, ``UNK_ID`` if unknown."""
@@ -212,14 +243,15 @@ class Vocabulary:
         """A JSON-serialisable dict from which :meth:`from_config` rebuilds the vocabulary.
 
         Returns:
-            ``{"words": [...], "tags": [...], "counts": [...], "lowercase": bool}``, the
-            reserved ids left out.
+            ``{"words": [...], "tags": [...], "counts": [...], "lowercase": bool,
+            "collapse_numbers": bool}``, the reserved ids left out.
         """
         return {
             "words": list(self._words),
             "tags": list(self._tags),
             "counts": [int(count) for count in self._counts[NUM_RESERVED:]],
             "lowercase": self._lowercase,
+            "collapse_numbers": self._collapse_numbers,
         }
 
     @classmethod
@@ -246,7 +278,8 @@ class Vocabulary:
 
     def __repr__(self) -> str:
         return (
-            f"Vocabulary(num_words={self.num_words}, num_tags={self.num_tags}, lowercase={self._lowercase})"
+            f"Vocabulary(num_words={self.num_words}, num_tags={self.num_tags}, lowercase={self._lowercase}, "
+            f"collapse_numbers={self._collapse_numbers})"
         )
 
 
