@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -659,7 +660,39 @@ def test_run_suite_times_the_sparsemap_and_crf_runs_side_by_side_once(tmp_path, 
     assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
     assert sum(call[3] == "time" for call in fake.calls) == 1  # the timings hold these runs: skipped
     report = bench.write_report(tmp_path, config).read_text()
-    assert "| vi | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
+    assert "| vi | last checkpoints | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
+
+
+def test_timed_runs_without_checkpoints_are_timed_through_replicas(tmp_path, monkeypatch):
+    fake = FakeParser()
+    monkeypatch.setattr(subprocess, "run", fake)
+    config = bench.SuiteConfig(
+        languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
+    )
+    plan, _ = bench.run_rounds(
+        lambda: bench.plan_suite(config, bench.scan_statuses(tmp_path)),
+        lambda spec: bench.execute(spec, config, Path("/ud"), tmp_path, {}),
+        1,
+        "",
+    )
+    for spec in bench.timed_runs(plan, tmp_path, "vi"):  # a new machine: the checkpoints are gone
+        shutil.rmtree(spec.logdir(tmp_path) / bench.CHECKPOINT_DIR)
+    fake.calls.clear()
+    assert bench.time_runs(plan, Path("/ud"), tmp_path, 2, {})
+    trains = [call for call in fake.calls if call[3] == "train"]
+    replicas = {
+        str(spec.logdir(tmp_path / bench.REPLICA_DIR)) for spec in bench.timed_runs(plan, tmp_path, "vi")
+    }
+    assert {arg_value(call, "--logdir") for call in trains} == replicas and len(trains) == 2
+    assert all(call[call.index("--epochs") + 1] == str(bench.REPLICA_EPOCHS) for call in trains)
+    times = [call for call in fake.calls if call[3] == "time"]
+    assert (
+        len(times) == 1 and {times[0][i + 1] for i, a in enumerate(times[0]) if a == "--logdir"} == replicas
+    )
+    assert bench.time_runs(plan, Path("/ud"), tmp_path, 2, {}) and len(fake.calls) == 3  # timed: skipped
+    assert bench.scan_statuses(tmp_path).keys() == {*plan.done}  # replicas are not runs of the suite
+    report = bench.write_report(tmp_path, config).read_text()
+    assert f"| vi | replicas, {bench.REPLICA_EPOCHS} epochs | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
 
 
 def test_no_timing_until_the_sparsemap_and_crf_runs_are_finished(tmp_path):
