@@ -25,7 +25,9 @@ takes minutes, an en run over an hour on 2 cores); the learning rate with the be
 on vi is chosen per loss and used for the other languages, and the extra seeds run only at
 that learning rate, on en and vi (``--seed-languages``). A loss's other-language runs
 therefore start once its tuning runs have finished (``run`` proceeds in rounds).
-``--tune-languages en vi`` tunes on both, as the issue's reduction allows.
+``--tune-languages en vi`` tunes on both, as the issue's reduction allows: en and vi then
+each take their own best rate (the paper's protocol), the other languages the rate with the
+best mean dev UAS over en and vi.
 ``--per-language-tuning`` tunes every language on itself instead. ``--quick`` is a smoke
 test of minutes: vi only, 200 training sentences, 3 epochs, the five losses at learning
 rate 2e-3, one seed.
@@ -185,9 +187,11 @@ class SuiteConfig(RecordedOptions):
     """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
 
     ``tune_languages`` are the languages the learning rate is tuned on (every loss, every
-    learning rate, the first seed); they and ``seed_languages`` get every seed, the others
-    the first seed, at the chosen learning rate. With ``per_language`` every language is tuned on
-    itself and gets every seed. With one learning rate nothing is tuned.
+    learning rate, the first seed): each of them takes its own best rate, as in the paper,
+    and the other languages the rate with the best mean dev UAS over all of them. They and
+    ``seed_languages`` get every seed, the others the first seed, at the chosen learning rate.
+    With ``per_language`` every language is tuned on itself and gets every seed. With one
+    learning rate nothing is tuned.
     """
 
     languages: tuple[str, ...] = tuple(LANGUAGES)
@@ -214,8 +218,11 @@ class SuiteConfig(RecordedOptions):
         return len(self.learning_rates) > 1
 
     def tuned_on(self, language: str) -> tuple[str, ...]:
-        """The languages whose dev UAS picks ``language``'s learning rates."""
-        return (language,) if self.per_language or not self.tuning else self.tune_languages
+        """The languages whose dev UAS picks ``language``'s learning rates: itself when it is
+        tuned (a tuning language, or every language with ``per_language``), else the tuning
+        languages (the reduction)."""
+        tuned = self.per_language or language in self.tune_languages or not self.tuning
+        return (language,) if tuned else self.tune_languages
 
     @property
     def all_languages(self) -> tuple[str, ...]:
@@ -535,12 +542,18 @@ def describe_choices(plan: Plan) -> list[str]:
     if config.reduced:
         tuned = " and ".join(config.tune_languages)
         seeded = " and ".join(dict.fromkeys((*config.tune_languages, *config.seed_languages)))
+        reuse = (
+            f"each of {tuned} takes its own best rate, as in the paper, and the rate with the best mean "
+            f"dev UAS over {tuned} is used for every other language"
+            if len(config.tune_languages) > 1
+            else f"the rate with the best dev UAS on {tuned} is used for every other language"
+        )
         lines.append(
             f"Learning-rate reduction made: every loss is tuned on {tuned} only (seed {config.seeds[0]}, "
-            f"grid {', '.join(f'{lr:g}' for lr in config.learning_rates)}); the rate with the best mean dev "
-            f"UAS over {tuned} is used for every other language, and seeds after the first run only at that "
-            f"rate, on {seeded}. The paper tunes every language on the grid. As in the paper, a best "
-            f"rate at an end of the grid widens it by a factor of 2 (at most {MAX_WIDENINGS} times)."
+            f"grid {', '.join(f'{lr:g}' for lr in config.learning_rates)}); {reuse}; seeds after the "
+            f"first run only at the chosen rates, on {seeded}. The paper tunes every language on the "
+            "grid. As in the paper, a best rate at an end of the grid widens it by a factor of 2 (at "
+            f"most {MAX_WIDENINGS} times)."
         )
     else:
         lines.append(

@@ -197,6 +197,36 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
     assert "crf on en+vi: not chosen yet (3 tuning runs unfinished)" in lines
 
 
+def test_tuning_languages_take_their_own_rate_the_others_the_mean_choice():
+    R = bench.RunSpec
+    grid = (0.002, 0.004, 0.008)
+    config = bench.SuiteConfig(
+        languages=("en", "vi", "ro"),
+        losses=("crf",),
+        learning_rates=grid,
+        seeds=(0, 1),
+        tune_languages=("en", "vi"),
+    )
+    en = dict(zip(grid, (86.0, 87.0, 85.0), strict=True))  # en: 0.004
+    vi = dict(zip(grid, (66.0, 68.0, 69.0), strict=True))  # vi: 0.008, at the end: widened to 0.016
+    statuses = {R("en", "crf", lr, 0): done(uas) for lr, uas in en.items()}
+    statuses |= {R("vi", "crf", lr, 0): done(uas) for lr, uas in vi.items()}
+    plan = bench.plan_suite(config, statuses)
+    assert plan.chosen == {("en", "crf"): 0.004, ("ro", "crf"): 0.004}  # mean: 76.0, 77.5, 77.0
+    assert plan.waiting == [("vi", "crf")] and R("vi", "crf", 0.016, 0) in plan.start
+    assert R("en", "crf", 0.004, 1) in plan.start and R("ro", "crf", 0.004, 0) in plan.start
+    statuses[R("vi", "crf", 0.016, 0)] = done(68.5)
+    plan = bench.plan_suite(config, statuses)
+    assert plan.chosen == {("en", "crf"): 0.004, ("vi", "crf"): 0.008, ("ro", "crf"): 0.004}
+    assert R("vi", "crf", 0.008, 1) in plan.start and R("vi", "crf", 0.004, 1) not in plan.runs
+    lines = bench.describe_choices(plan)
+    assert "each of en and vi takes its own best rate" in lines[0]
+    assert {"crf on en: lr 0.004, mean dev UAS 87.00", "crf on vi: lr 0.008, mean dev UAS 69.00"} <= set(
+        lines
+    )
+    assert "crf on en+vi: lr 0.004, mean dev UAS 77.50" in lines
+
+
 def test_plan_default_tunes_on_vi_and_seeds_en_and_vi():
     R = bench.RunSpec
     config = bench.SuiteConfig(
@@ -213,7 +243,7 @@ def test_plan_default_tunes_on_vi_and_seeds_en_and_vi():
         R("ro", "crf", 0.002, 0),
     ]
     assert "tuned on vi only" in bench.describe_choices(plan)[0]
-    assert "only at that rate, on vi and en." in bench.describe_choices(plan)[0]
+    assert "only at the chosen rates, on vi and en." in bench.describe_choices(plan)[0]
 
 
 def test_plan_per_language_and_single_rate():
