@@ -45,7 +45,7 @@ def test_tricky_file_skips_multiword_tokens_and_empty_nodes():
     assert first.words == ("So", "I", "can", "not", "eat", "fish", "and", "you", "meat", ".")
     assert first.heads.tolist() == [-1, 5, 5, 5, 5, 0, 5, 8, 5, 8, 5]
     assert first.heads.dtype == np.int64
-    assert first.tags[2:4] == ("AUX", "PART")
+    assert first.tags[2:4] == ("AUX", "PART") and first.xpos[:5] == ("RB", "PRP", "MD", "RB", "VB")
     assert first.relations[8] == "orphan"
     assert first.location == f"{path}:5"
     assert first.is_projective()
@@ -177,6 +177,29 @@ def test_vocabulary_ids_counts_and_config():
         Vocabulary.from_sentences(train, min_count=0)
     with pytest.raises(ValueError, match="must not repeat"):
         Vocabulary(words=["a", "a"], tags=[])
+
+
+def test_vocabulary_of_xpos_tags():
+    """Kiperwasser & Goldberg's parser embeds the treebank's own tags (XPOS); UPOS stays for evaluation."""
+    train = [
+        Sentence(
+            ("I", "run"), ("PRON", "VERB"), np.array([-1, 2, 0]), ("nsubj", "root"), xpos=("PRP", "VBP")
+        ),
+        Sentence(("runs",), ("VERB",), np.array([-1, 0]), ("root",), xpos=("VBZ",)),
+    ]
+    vocabulary = Vocabulary.from_sentences(train, tag_column="xpos")
+    assert vocabulary.tags[3:] == ("PRP", "VBP", "VBZ") and vocabulary.tag_column == "xpos"
+    assert vocabulary.encode(train[1])[1].tolist() == [ROOT_ID, vocabulary.tag_id("VBZ")]
+    assert Vocabulary.from_config(json.loads(json.dumps(vocabulary.get_config()))) == vocabulary
+    assert Vocabulary.from_sentences(train).tags[3:] == ("VERB", "PRON")  # UPOS by default
+    written_before = {k: v for k, v in vocabulary.get_config().items() if k != "tag_column"}
+    assert Vocabulary.from_config(written_before).tag_column == "upos"  # a vocabulary.json written before
+    with pytest.raises(ValueError, match="has none. Received: sentence at '.*' with xpos=()"):
+        vocabulary.encode(_sentence(["run"], [0]))
+    with pytest.raises(ValueError, match="Received: tag_column='cpos'"):
+        Vocabulary([], [], tag_column="cpos")
+    with pytest.raises(ValueError, match=r"len\(xpos\)=1"):
+        Sentence(("a", "b"), ("X", "X"), np.array([-1, 0, 1]), ("r", "r"), xpos=("x",))
 
 
 def test_kiperwasser_goldberg_normalisation():

@@ -195,6 +195,20 @@ def test_the_learning_rate_decays_after_each_epoch_without_a_better_dev_uas(tmp_
         main(_arguments(treebank, tmp_path / "bad", "--learning-rate-decay", "0"))
 
 
+def test_the_parser_can_embed_xpos_tags(tmp_path, capsys):
+    treebank = _treebank(tmp_path)
+    logdir = tmp_path / "xpos"
+    main(_arguments(treebank, logdir, "--max-train-sentences", "4", "--epochs", "1", "--tag-column", "xpos"))
+    vocabulary = json.loads((logdir / "vocabulary.json").read_text())
+    assert (
+        vocabulary["tag_column"] == "xpos" and "NN" in vocabulary["tags"] and "NOUN" not in vocabulary["tags"]
+    )
+    assert json.loads((logdir / "config.json").read_text())["tag_column"] == "xpos"
+    _assert_test_evaluation(logdir, capsys)
+    with pytest.raises(SystemExit):
+        main(_arguments(treebank, tmp_path / "bad", "--tag-column", "cpos"))
+
+
 def test_runs_are_never_mixed(tmp_path):
     treebank = _treebank(tmp_path)
     logdir = tmp_path / "run"

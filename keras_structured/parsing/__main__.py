@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--collapse-numbers", action="store_true", help="words starting with a digit are one word, <num>"
     )
+    train.add_argument(
+        "--tag-column",
+        choices=("upos", "xpos"),
+        default="upos",
+        help="gold tags to embed: universal (UPOS) or the treebank's own (XPOS, Kiperwasser & Goldberg's)",
+    )
     train.add_argument("--single-root", action="store_true", help="exactly one word attached to the root")
     train.add_argument(
         "--sparsity-sentences",

@@ -47,7 +47,7 @@ _HEAD_VALUE = re.compile(r"0|[1-9][0-9]*")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sentence:
-    """One sentence of a treebank: its words, their UPOS tags and its dependency tree.
+    """One sentence of a treebank: its words, their part-of-speech tags and its dependency tree.
 
     Words are numbered ``1..n`` as in the file; position ``0`` of :attr:`heads` stands
     for the artificial root. The array is stored as a read-only int64 copy, so a
@@ -61,6 +61,8 @@ class Sentence:
         relations: the ``n`` dependency relations (DEPREL column).
         location: where the sentence comes from, ``"path:line"`` of its first word line
             (empty for sentences built by hand).
+        xpos: the ``n`` language-specific tags (XPOS column, ``"_"`` where the file has
+            none), or empty (sentences built by hand).
 
     Raises:
         ValueError: if the lengths disagree, ``heads[0] != -1`` or a head lies outside
@@ -77,15 +79,17 @@ class Sentence:
     heads: np.ndarray
     relations: tuple[str, ...]
     location: str = ""
+    xpos: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("words", "tags", "relations"):
+        for name in ("words", "tags", "relations", "xpos"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         n = len(self.words)
-        if len(self.tags) != n or len(self.relations) != n:
+        if len(self.tags) != n or len(self.relations) != n or len(self.xpos) not in (0, n):
             raise ValueError(
-                "words, tags and relations must have the same length. Received: "
-                f"len(words)={n}, len(tags)={len(self.tags)}, len(relations)={len(self.relations)}"
+                "words, tags, relations (and xpos, unless empty) must have the same length. Received: "
+                f"len(words)={n}, len(tags)={len(self.tags)}, len(relations)={len(self.relations)}, "
+                f"len(xpos)={len(self.xpos)}"
             )
         heads = np.array(self.heads, dtype=np.int64)
         if heads.shape != (n + 1,):
@@ -136,13 +140,14 @@ class Sentence:
         return (
             self.words == other.words
             and self.tags == other.tags
+            and self.xpos == other.xpos
             and self.relations == other.relations
             and self.location == other.location
             and np.array_equal(self.heads, other.heads)
         )
 
     def __hash__(self) -> int:
-        return hash((self.words, self.tags, self.relations, self.location, self.heads.tobytes()))
+        return hash((self.words, self.tags, self.xpos, self.relations, self.location, self.heads.tobytes()))
 
 
 @dataclasses.dataclass
@@ -274,6 +279,7 @@ def _sentence(tokens: Sequence, block: _Block, path: str) -> Sentence | None:
         heads=heads,
         relations=tuple(token["deprel"] for token in words),
         location=f"{path}:{word_lines[0][0]}",
+        xpos=tuple(token["xpos"] or "_" for token in words),
     )
 
 

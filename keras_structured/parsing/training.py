@@ -35,7 +35,7 @@ from keras_structured.parsing.batching import make_dataset
 from keras_structured.parsing.conllu_reader import Sentence, read_conllu, treebank_paths
 from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import LOSSES, build_parser, make_loss
-from keras_structured.parsing.vocabulary import Vocabulary
+from keras_structured.parsing.vocabulary import TAG_COLUMNS, Vocabulary
 
 #: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
 #: paper's parser decodes with 100). Trained models need a few; near-uniform scores (an untrained
@@ -80,6 +80,9 @@ class ParserConfig:
         lowercase: words are lowercased before they are counted and looked up.
         collapse_numbers: words starting with a digit are all one word (with ``lowercase``,
             Kiperwasser & Goldberg's normalisation, as in the SparseMAP paper's parser).
+        tag_column: the gold tags the parser embeds: ``"upos"`` (universal tags) or
+            ``"xpos"`` (the treebank's own tags, which Kiperwasser & Goldberg's parser reads
+            from the CoNLL-U files). The UAS without punctuation always uses UPOS.
         single_root: trees with exactly one word attached to the root.
         sparsity_sentences: the per-epoch sparsity (trees per sentence) is measured on the
             first this many dev sentences (all of them: None). An untrained model's scores
@@ -104,6 +107,7 @@ class ParserConfig:
     word_dropout: float = 0.25
     lowercase: bool = False
     collapse_numbers: bool = False
+    tag_column: str = "upos"
     single_root: bool = False
     sparsity_sentences: int | None = 300
     word_dim: int = 100
@@ -119,6 +123,10 @@ class ParserConfig:
         for name in ("epochs", "patience", "min_epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        if self.tag_column not in TAG_COLUMNS:
+            raise ValueError(
+                f"tag_column must be one of {TAG_COLUMNS}. Received: tag_column={self.tag_column!r}"
+            )
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}")
         if not 0 < self.learning_rate_decay <= 1:
@@ -248,7 +256,10 @@ def train(
     else:
         keras.utils.set_random_seed(config.seed)
         vocabulary = Vocabulary.from_sentences(
-            train_sentences, lowercase=config.lowercase, collapse_numbers=config.collapse_numbers
+            train_sentences,
+            lowercase=config.lowercase,
+            collapse_numbers=config.collapse_numbers,
+            tag_column=config.tag_column,
         )
         run.write_settings(vocabulary)
         model = build_parser(

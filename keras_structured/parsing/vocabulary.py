@@ -34,7 +34,17 @@ import tensorflow as tf
 from keras_structured._validation import check_bool, check_integer, check_number
 from keras_structured.parsing.conllu_reader import Sentence
 
-__all__ = ["NUMBER", "NUM_RESERVED", "PAD_ID", "RESERVED", "ROOT_ID", "UNK_ID", "Vocabulary", "word_dropout"]
+__all__ = [
+    "NUMBER",
+    "NUM_RESERVED",
+    "PAD_ID",
+    "RESERVED",
+    "ROOT_ID",
+    "TAG_COLUMNS",
+    "UNK_ID",
+    "Vocabulary",
+    "word_dropout",
+]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -44,6 +54,8 @@ RESERVED = ("<pad>", "<unk>", "<root>")
 NUM_RESERVED = len(RESERVED)
 #: The word that stands for every number under ``collapse_numbers`` (Kiperwasser & Goldberg's "NUM").
 NUMBER = "<num>"
+#: The tag columns a vocabulary can look up: universal (UPOS) or treebank-specific (XPOS) tags.
+TAG_COLUMNS = ("upos", "xpos")
 
 
 def _index(items: Sequence[str], name: str) -> dict[str, int]:
@@ -66,7 +78,9 @@ class Vocabulary:
     sentences are encoded; ``collapse_numbers=True`` makes every word whose first character
     is an ASCII digit ("3", "1,000", "2nd") the one word :data:`NUMBER`. Both together are
     Kiperwasser & Goldberg's normalisation, which the SparseMAP paper's parser uses. Tags
-    are never normalised.
+    are never normalised; ``tag_column`` says which tags of a sentence are looked up: the
+    universal tags (``"upos"``, :attr:`Sentence.tags`) or the treebank's own (``"xpos"``,
+    :attr:`Sentence.xpos`, which Kiperwasser & Goldberg's parser reads).
 
     Args:
         words: the known words (normalised), given ids ``3, 4, ...`` in this order.
@@ -74,10 +88,11 @@ class Vocabulary:
         counts: the training count of each word in ``words`` (default: zeros).
         lowercase: whether words are lowercased before look-up.
         collapse_numbers: whether words starting with a digit are looked up as :data:`NUMBER`.
+        tag_column: ``"upos"`` or ``"xpos"``, the tags that :meth:`encode` reads.
 
     Raises:
-        ValueError: for repeated words or tags, or counts that are not one
-            non-negative integer per word.
+        ValueError: for repeated words or tags, counts that are not one non-negative
+            integer per word, or another ``tag_column``.
 
     Example:
         >>> sentence = Sentence(("The", "dog", "barks"), ("DET", "NOUN", "VERB"),
@@ -96,9 +111,13 @@ class Vocabulary:
         counts: Sequence[int] | None = None,
         lowercase: bool = False,
         collapse_numbers: bool = False,
+        tag_column: str = "upos",
     ) -> None:
         self._lowercase = check_bool("lowercase", lowercase)
         self._collapse_numbers = check_bool("collapse_numbers", collapse_numbers)
+        if tag_column not in TAG_COLUMNS:
+            raise ValueError(f"tag_column must be one of {TAG_COLUMNS}. Received: tag_column={tag_column!r}")
+        self._tag_column = tag_column
         self._words = tuple(words)
         self._tags = tuple(tags)
         self._word_ids = _index(self._words, "words")
@@ -124,6 +143,7 @@ class Vocabulary:
         min_count: int = 1,
         lowercase: bool = False,
         collapse_numbers: bool = False,
+        tag_column: str = "upos",
     ) -> Vocabulary:
         """The vocabulary of a training set.
 
@@ -135,12 +155,14 @@ class Vocabulary:
             min_count: the fewest occurrences for a word to get an id.
             lowercase: whether to lowercase words (case is preserved by default).
             collapse_numbers: whether words starting with a digit count as :data:`NUMBER`.
+            tag_column: ``"upos"`` or ``"xpos"``, the tags to count and look up.
 
         Returns:
             The vocabulary, with the word counts.
 
         Raises:
-            ValueError: if ``min_count`` is not an integer >= 1.
+            ValueError: if ``min_count`` is not an integer >= 1, or for ``"xpos"`` when a
+                sentence has no XPOS tags.
 
         Example:
             >>> s = Sentence(("a", "b", "a"), ("X", "X", "X"), np.array([-1, 0, 1, 1]), "rrr")
@@ -148,12 +170,12 @@ class Vocabulary:
             [0, 0, 0, 2]
         """
         min_count = check_integer("min_count", min_count, minimum=1)
-        normalize = cls([], [], lowercase=lowercase, collapse_numbers=collapse_numbers).normalize
+        empty = cls([], [], lowercase=lowercase, collapse_numbers=collapse_numbers, tag_column=tag_column)
         word_counts: collections.Counter = collections.Counter()
         tag_counts: collections.Counter = collections.Counter()
         for sentence in sentences:
-            word_counts.update(map(normalize, sentence.words))
-            tag_counts.update(sentence.tags)
+            word_counts.update(map(empty.normalize, sentence.words))
+            tag_counts.update(empty.sentence_tags(sentence))
         kept = [(word, count) for word, count in word_counts.most_common() if count >= min_count]
         return cls(
             words=[word for word, _ in kept],
@@ -161,6 +183,7 @@ class Vocabulary:
             counts=np.array([count for _, count in kept], dtype=np.int64),
             lowercase=lowercase,
             collapse_numbers=collapse_numbers,
+            tag_column=tag_column,
         )
 
     @property
@@ -182,6 +205,26 @@ class Vocabulary:
     def collapse_numbers(self) -> bool:
         """Whether words starting with a digit are looked up as :data:`NUMBER`."""
         return self._collapse_numbers
+
+    @property
+    def tag_column(self) -> str:
+        """``"upos"`` or ``"xpos"``: the tags of a sentence that are looked up."""
+        return self._tag_column
+
+    def sentence_tags(self, sentence: Sentence) -> tuple[str, ...]:
+        """The tags of ``sentence`` that this vocabulary looks up (:attr:`tag_column`).
+
+        Raises:
+            ValueError: for ``"xpos"`` and a sentence without XPOS tags.
+        """
+        if self._tag_column == "upos" or sentence.length == 0:
+            return sentence.tags
+        if not sentence.xpos:
+            raise ValueError(
+                "The vocabulary looks up XPOS tags, and the sentence has none. "
+                f"Received: sentence at {sentence.location or '(built by hand)'!r} with xpos=()"
+            )
+        return sentence.xpos
 
     def normalize(self, word: str) -> str:
         """The form under which ``word`` is counted and looked up.
@@ -235,7 +278,8 @@ class Vocabulary:
             [2, 3, 1]
         """
         word_ids = np.fromiter((self.word_id(word) for word in sentence.words), np.int32, sentence.length)
-        tag_ids = np.fromiter((self.tag_id(tag) for tag in sentence.tags), np.int32, sentence.length)
+        tags = self.sentence_tags(sentence)
+        tag_ids = np.fromiter((self.tag_id(tag) for tag in tags), np.int32, sentence.length)
         root = np.array([ROOT_ID], np.int32)
         return np.concatenate([root, word_ids]), np.concatenate([root, tag_ids])
 
@@ -244,7 +288,7 @@ class Vocabulary:
 
         Returns:
             ``{"words": [...], "tags": [...], "counts": [...], "lowercase": bool,
-            "collapse_numbers": bool}``, the reserved ids left out.
+            "collapse_numbers": bool, "tag_column": str}``, the reserved ids left out.
         """
         return {
             "words": list(self._words),
@@ -252,6 +296,7 @@ class Vocabulary:
             "counts": [int(count) for count in self._counts[NUM_RESERVED:]],
             "lowercase": self._lowercase,
             "collapse_numbers": self._collapse_numbers,
+            "tag_column": self._tag_column,
         }
 
     @classmethod
@@ -279,7 +324,7 @@ class Vocabulary:
     def __repr__(self) -> str:
         return (
             f"Vocabulary(num_words={self.num_words}, num_tags={self.num_tags}, lowercase={self._lowercase}, "
-            f"collapse_numbers={self._collapse_numbers})"
+            f"collapse_numbers={self._collapse_numbers}, tag_column={self._tag_column!r})"
         )
 
 
