@@ -363,7 +363,7 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     assert lines[0] == (
         f"{py} -m keras_structured.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
         f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs 20 "
-        "--lowercase --collapse-numbers --dropout 0.33 --learning-rate-decay 0.9 "
+        "--lowercase --collapse-numbers --tag-column xpos --dropout 0.33 --learning-rate-decay 0.9 "
         "--max-train-sentences 200 --epochs 3 --quiet"
     )
     assert lines[1] == f"{py} -m keras_structured.parsing evaluate --logdir {logdir} --split dev --json"
