@@ -16,6 +16,8 @@ import functools
 import json
 import sys
 
+from keras_structured.parsing.conllu_reader import TAG_COLUMNS
+
 # The loss names and defaults, repeated here so that --help answers without TensorFlow.
 _LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
 
@@ -66,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--tag-column",
-        choices=("upos", "xpos"),
+        choices=TAG_COLUMNS,
         default="upos",
         help="gold tags to embed: universal (UPOS) or the treebank's own (XPOS, Kiperwasser & Goldberg's)",
     )

@@ -31,7 +31,7 @@ from typing import TextIO
 
 import numpy as np
 
-__all__ = ["SPLITS", "Sentence", "read_conllu", "treebank_paths"]
+__all__ = ["SPLITS", "TAG_COLUMNS", "Sentence", "read_conllu", "treebank_paths"]
 
 #: The three splits of a UD treebank, in the order of the file names' suffixes.
 SPLITS = ("train", "dev", "test")
@@ -43,6 +43,9 @@ _WORD_ID = re.compile(r"[1-9][0-9]*")
 _RANGE_ID = re.compile(r"[1-9][0-9]*-[1-9][0-9]*")
 _EMPTY_NODE_ID = re.compile(r"(?:0|[1-9][0-9]*)\.[1-9][0-9]*")
 _HEAD_VALUE = re.compile(r"0|[1-9][0-9]*")
+#: The tag columns a parser can embed: universal (UPOS, :attr:`Sentence.tags`) or the
+#: treebank's own (XPOS, :attr:`Sentence.xpos`).
+TAG_COLUMNS = ("upos", "xpos")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -29,13 +29,14 @@ import keras
 import numpy as np
 
 from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, reseed_dropout, write_json
+from keras_structured._validation import check_one_of
 from keras_structured.engine import DependencyTreeStructure, SparseMAPConvergenceWarning, solve
 from keras_structured.engine.dependency_tree import best_trees
 from keras_structured.parsing.batching import make_dataset
-from keras_structured.parsing.conllu_reader import Sentence, read_conllu, treebank_paths
+from keras_structured.parsing.conllu_reader import TAG_COLUMNS, Sentence, read_conllu, treebank_paths
 from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import LOSSES, build_parser, make_loss
-from keras_structured.parsing.vocabulary import TAG_COLUMNS, Vocabulary
+from keras_structured.parsing.vocabulary import Vocabulary
 
 #: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
 #: paper's parser decodes with 100). Trained models need a few; near-uniform scores (an untrained
@@ -123,10 +124,7 @@ class ParserConfig:
         for name in ("epochs", "patience", "min_epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
-        if self.tag_column not in TAG_COLUMNS:
-            raise ValueError(
-                f"tag_column must be one of {TAG_COLUMNS}. Received: tag_column={self.tag_column!r}"
-            )
+        check_one_of("tag_column", self.tag_column, TAG_COLUMNS)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}")
         if not 0 < self.learning_rate_decay <= 1:

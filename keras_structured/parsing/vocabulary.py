@@ -31,20 +31,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_structured._validation import check_bool, check_integer, check_number
-from keras_structured.parsing.conllu_reader import Sentence
+from keras_structured._validation import check_bool, check_integer, check_number, check_one_of
+from keras_structured.parsing.conllu_reader import TAG_COLUMNS, Sentence
 
-__all__ = [
-    "NUMBER",
-    "NUM_RESERVED",
-    "PAD_ID",
-    "RESERVED",
-    "ROOT_ID",
-    "TAG_COLUMNS",
-    "UNK_ID",
-    "Vocabulary",
-    "word_dropout",
-]
+__all__ = ["NUMBER", "NUM_RESERVED", "PAD_ID", "RESERVED", "ROOT_ID", "UNK_ID", "Vocabulary", "word_dropout"]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -54,8 +44,6 @@ RESERVED = ("<pad>", "<unk>", "<root>")
 NUM_RESERVED = len(RESERVED)
 #: The word that stands for every number under ``collapse_numbers`` (Kiperwasser & Goldberg's "NUM").
 NUMBER = "<num>"
-#: The tag columns a vocabulary can look up: universal (UPOS) or treebank-specific (XPOS) tags.
-TAG_COLUMNS = ("upos", "xpos")
 
 
 def _index(items: Sequence[str], name: str) -> dict[str, int]:
@@ -115,9 +103,7 @@ class Vocabulary:
     ) -> None:
         self._lowercase = check_bool("lowercase", lowercase)
         self._collapse_numbers = check_bool("collapse_numbers", collapse_numbers)
-        if tag_column not in TAG_COLUMNS:
-            raise ValueError(f"tag_column must be one of {TAG_COLUMNS}. Received: tag_column={tag_column!r}")
-        self._tag_column = tag_column
+        self._tag_column = check_one_of("tag_column", tag_column, TAG_COLUMNS)
         self._words = tuple(words)
         self._tags = tuple(tags)
         self._word_ids = _index(self._words, "words")
