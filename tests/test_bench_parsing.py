@@ -269,7 +269,8 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     logdir = str(tmp_path / "vi" / "margin_sparsemap" / "lr0.0005" / "seed1")
     train = ["py", "-m", "keras_structured.parsing", "train", "--treebank", str(Path("/ud") / "vi_vtb-2.0")]
     train += ["--loss", "margin_sparsemap", "--learning-rate", "0.0005", "--seed", "1", "--logdir", logdir]
-    train += ["--min-epochs", "20", *bench.PARSER_ARGS, "--max-train-sentences", "200", "--epochs", "3"]
+    train += ["--min-epochs", str(bench.MIN_EPOCHS), *bench.PARSER_ARGS]
+    train += ["--max-train-sentences", "200", "--epochs", "3"]
     train += ["--quiet"]
     evaluate = [
         (
@@ -362,7 +363,7 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     logdir = f"{root}/vi/sparsemap/lr0.002/seed0"
     assert lines[0] == (
         f"{py} -m keras_structured.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
-        f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs 20 "
+        f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs {bench.MIN_EPOCHS} "
         "--lowercase --collapse-numbers --tag-column xpos --dropout 0.33 --learning-rate-decay 0.9 "
         "--max-train-sentences 200 --epochs 3 --quiet"
     )
