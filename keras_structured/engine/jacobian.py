@@ -48,7 +48,7 @@ def sparse_rows(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @numba.njit(cache=True, nogil=True)
 def _product(m_indices, m_values, n_indices, n_values, weight_jacobian, x_u, x_v, j_u, j_v):
-    scores = np.empty(weight_jacobian.shape[1], x_u.dtype)
+    scores = np.empty(weight_jacobian.shape[1])
     for b in range(weight_jacobian.shape[0]):
         for i in range(scores.shape[0]):  # scores = A_I x
             total = 0.0
@@ -73,7 +73,9 @@ def jacobian_product(support: Support, x_u: np.ndarray, x_v: np.ndarray) -> tupl
     Computes ``A_I^T B A_I x`` for every example, in O(k * nnz + k^2) per
     example, where ``k`` is the support size and ``nnz`` the nonzeros of an
     indicator vector. The Jacobian is symmetric, so this is also the
-    vector-Jacobian product.
+    vector-Jacobian product. It runs in float64 whatever the dtype of ``x``: ``B``
+    can have a condition number of 1e12 (trees of 50 words), and products in
+    float32 lose every digit.
 
     Args:
         support: the batched active sets.
@@ -81,7 +83,7 @@ def jacobian_product(support: Support, x_u: np.ndarray, x_v: np.ndarray) -> tupl
         x_v: ``(batch, dv)`` vector on the higher-order part.
 
     Returns:
-        ``(J_u, J_v)``, shapes ``(batch, du)`` and ``(batch, dv)``, in the dtype of ``x_u``.
+        ``(J_u, J_v)``, float64, shapes ``(batch, du)`` and ``(batch, dv)``.
 
     Example:
         >>> support = Support(  # one example, one structure: a zero Jacobian
@@ -90,7 +92,7 @@ def jacobian_product(support: Support, x_u: np.ndarray, x_v: np.ndarray) -> tupl
         >>> jacobian_product(support, np.array([[2.0, 3.0]]), np.zeros((1, 0)))[0]
         array([[0., 0.]])
     """
-    x_u, x_v = np.ascontiguousarray(x_u), np.ascontiguousarray(x_v, dtype=x_u.dtype)
+    x_u, x_v = (np.ascontiguousarray(x, dtype=np.float64) for x in (x_u, x_v))
     j_u, j_v = np.zeros_like(x_u), np.zeros_like(x_v)
     _product(*support, x_u, x_v, j_u, j_v)
     return j_u, j_v

@@ -8,6 +8,12 @@ over the marginal polytope ``M`` of a structure, with the numpy engine run by on
 ``tf.numpy_function`` call per batch. The backward pass is the closed-form
 Jacobian of Niculae et al. (2018, Prop. 1) built from the final active set,
 applied by one compiled (numba) call per batch.
+
+Whatever the input dtype, the op works in float64 inside: the solver, the Jacobian
+factors it returns and every product with them; the results and the gradients are cast
+to the input dtype once, at the end. The factors cannot be rounded to float32: the
+inverse KKT block they hold can have a condition number of 1e12 (trees of 50 words),
+and products with a float32 copy of it come out wrong in sign and magnitude.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import add_boundary_scores
 from keras_structured.ops.xla import OP_FIX, refuse_xla
 
+# The dtype of the solver, its Jacobian factors and their products (see the module docstring).
+SOLVER_DTYPE = tf.float64
+
 
 def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``J (x_u, x_v)`` for flat ``(batch, d)`` vectors, by one compiled call.
+    """``J (x_u, x_v)`` for flat ``(batch, d)`` float64 vectors, by one compiled call.
 
     The Jacobian is symmetric, so this op's own gradient is the same product:
     SparseMAP is twice differentiable wherever its support is locally constant.
@@ -60,12 +69,12 @@ def flatten_examples(x: tf.Tensor) -> tf.Tensor:
     return tf.reshape(x, tf.stack([shape[0], tf.reduce_prod(shape[1:])]))
 
 
-def _pad_codes(structures, weights, shape, np_dtype, code_dtype):
+def _pad_codes(structures, weights, shape, code_dtype):
     """Stack per-example structure codes (each of per-structure ``shape``) and weights,
     padded with -1 and 0."""
     k = max((len(w) for w in weights), default=0)
     codes = np.full((len(weights), k) + tuple(shape), -1, dtype=code_dtype)
-    padded = np.zeros((len(weights), k), dtype=np_dtype)
+    padded = np.zeros((len(weights), k))
     for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
         codes[b, : len(w)], padded[b, : len(w)] = s, w
     return codes, padded
@@ -208,22 +217,12 @@ def sparsemap(
     )
     eta_u = tf.convert_to_tensor(eta_u)
     inputs = prepare_scores(structure, eta_u, eta_v, lengths)
-    scores_u, scores_v = inputs[:2]
-    dtype = scores_u.dtype
-    np_dtype = dtype.as_numpy_dtype
+    dtype = inputs[0].dtype
+    scores_u, scores_v = (tf.cast(scores, SOLVER_DTYPE) for scores in inputs[:2])
 
     def forward(values_u, values_v, sizes=None):
         solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
-        support = solution.support
-        outputs = (
-            solution.u.astype(np_dtype, copy=False),
-            solution.v.astype(np_dtype, copy=False),
-            support.m_indices,
-            support.m_values.astype(np_dtype, copy=False),
-            support.n_indices,
-            support.n_values.astype(np_dtype, copy=False),
-            support.weight_jacobian.astype(np_dtype, copy=False),
-        )
+        outputs = (solution.u, solution.v, *solution.support)
         if not return_info:  # every output costs a conversion to a tensor
             return outputs
         shape = (
@@ -231,22 +230,15 @@ def sparsemap(
             if solution.structures
             else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
         )
-        codes, weights = _pad_codes(
-            solution.structures, solution.weights, shape, np_dtype, structure.code_dtype
-        )
-        return outputs + (
-            weights,
-            codes,
-            solution.gap.astype(np_dtype, copy=False),
-            solution.map_calls.astype("int32"),
-            solution.converged,
-        )
+        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
+        return outputs + (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
 
-    info_dtypes = [dtype, structure.code_dtype, dtype, tf.int32, tf.bool] if return_info else []
+    float64 = SOLVER_DTYPE
+    info_dtypes = [float64, structure.code_dtype, float64, tf.int32, tf.bool] if return_info else []
     outputs = tf.numpy_function(
         raising_invalid_scores(forward),
-        inputs,
-        [dtype, dtype, tf.int64, dtype, tf.int64, dtype, dtype] + info_dtypes,
+        [scores_u, scores_v, *inputs[2:]],
+        [float64, float64, tf.int64, float64, tf.int64, float64, float64] + info_dtypes,
         stateful=False,
         name="sparsemap_forward",
     )
@@ -271,9 +263,9 @@ def sparsemap(
         return u, v
     weights, codes, gap, map_calls, converged = outputs[7:]
     info = {
-        "weights": tf.stop_gradient(weights),
+        "weights": tf.cast(tf.stop_gradient(weights), dtype),
         "structures": codes,
-        "gap": tf.stop_gradient(gap),
+        "gap": tf.cast(tf.stop_gradient(gap), dtype),
         "map_calls": map_calls,
         "converged": converged,
     }
@@ -317,7 +309,10 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
     _check_scores("unary", unary, 3)
     if unary.shape.rank != 3:
         raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={unary.shape}")
-    transitions = tf.cast(tf.convert_to_tensor(transitions), unary.dtype)
+    dtype, info_dtype = unary.dtype, compute_dtype(unary)  # a TypeError for non-float scores
+    # Broadcast and boundary scores in float64 too: their gradients sum over positions.
+    unary = tf.cast(unary, SOLVER_DTYPE)
+    transitions = tf.cast(tf.convert_to_tensor(transitions), SOLVER_DTYPE)
     num_labels = unary.shape[-1]
     square = transitions.shape[-2:].is_compatible_with([num_labels] * 2)
     if transitions.shape.rank not in (2, 3, 4) or not square:
@@ -339,4 +334,9 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
         ]
     )
     unary = add_boundary_scores(unary, start, end, lengths)
-    return sparsemap(SequenceStructure(), unary, pairwise, lengths=lengths, **kwargs)
+    outputs = sparsemap(SequenceStructure(), unary, pairwise, lengths=lengths, **kwargs)
+    u, v = (tf.cast(marginals, dtype) for marginals in outputs[:2])
+    if len(outputs) == 2:
+        return u, v
+    info = outputs[2]
+    return u, v, {**info, "weights": tf.cast(info["weights"], info_dtype), "gap": tf.cast(info["gap"], info_dtype)}
