@@ -26,6 +26,7 @@ from keras_structured.engine import (
 )
 
 BATCH = 16
+TREE = DependencyTreeStructure()
 MEDIAN_TOL, MAX_TOL = 1e-5, 1e-3
 
 
@@ -41,7 +42,8 @@ def _gradients(function, inputs, cotangents, dtype):
         tape.watch(tensors)
         outputs = function(*tensors)
         total = sum(
-            tf.reduce_sum(tf.cast(out, tf.float64) * tf.constant(g)) for out, g in zip(outputs, cotangents)
+            tf.reduce_sum(tf.cast(out, tf.float64) * tf.constant(g))
+            for out, g in zip(outputs, cotangents, strict=True)
         )
     return [tf.cast(g, tf.float64).numpy() for g in tape.gradient(total, tensors)]
 
@@ -58,7 +60,7 @@ def _check(function, shapes, cotangent_shapes, *, dtype="float32", seed=0, tols=
     cotangents = [_rounded(rng, shape, dtype) for shape in cotangent_shapes]
     exact = _gradients(function, inputs, cotangents, tf.float64)
     rounded = _gradients(function, inputs, cotangents, dtype)
-    for low, high in zip(rounded, exact):
+    for low, high in zip(rounded, exact, strict=True):
         errors = _relative_errors(low, high)
         assert np.median(errors) <= tols[0] and errors.max() <= tols[1], (
             f"median {np.median(errors):.2e}, max {errors.max():.2e}, worst examples {np.sort(errors)[-3:]}"
@@ -76,7 +78,7 @@ def test_tree_gradients_in_float32(words, single_root):
 def test_tree_gradients_in_float32_with_lengths():
     lengths = tf.constant(np.arange(BATCH) % 4 * 10 + 50)  # 50, 60, 70, 80 words
     shape = (BATCH, 81, 81)
-    _check(lambda x: ks.sparsemap(DependencyTreeStructure(), x, lengths=lengths)[:1], [shape], [shape], seed=1)
+    _check(lambda x: ks.sparsemap(TREE, x, lengths=lengths)[:1], [shape], [shape], seed=1)
 
 
 @pytest.mark.parametrize("positions, labels", [(30, 20), (60, 40)])
@@ -105,7 +107,7 @@ def test_budget_gradients_in_float32():
 def test_tree_gradients_in_half_precision(dtype, tol):
     """Half precision rounds the result and the cotangent once each: errors of its epsilon."""
     shape = (BATCH, 51, 51)
-    _check(lambda x: ks.sparsemap(DependencyTreeStructure(), x)[:1], [shape], [shape], dtype=dtype, tols=(tol, tol))
+    _check(lambda x: ks.sparsemap(TREE, x)[:1], [shape], [shape], dtype=dtype, tols=(tol, tol))
 
 
 def test_tree_loss_gradients_in_float32():
@@ -115,7 +117,7 @@ def test_tree_loss_gradients_in_float32():
     heads = np.concatenate([np.full((BATCH, 1), -1), heads], axis=1)
 
     def loss(x):
-        return (ks.sparsemap_loss(heads, x, DependencyTreeStructure()),)
+        return (ks.sparsemap_loss(heads, x, TREE),)
 
     shape = (BATCH, 51, 51)
     _check(loss, [shape], [(BATCH,)])
@@ -128,7 +130,7 @@ def test_tree_layer_gradients_under_mixed_float16():
     rng = np.random.default_rng(4)
     scores = _rounded(rng, shape, "float16")
     cotangent = _rounded(rng, shape, "float16")
-    exact = _gradients(lambda x: ks.sparsemap(DependencyTreeStructure(), x)[:1], [scores], [cotangent], tf.float64)
+    exact = _gradients(lambda x: ks.sparsemap(TREE, x)[:1], [scores], [cotangent], tf.float64)
     layer = ks.SparseMAPDependencyTree(dtype="mixed_float16")
     x = tf.constant(scores, tf.float16)
     with tf.GradientTape() as tape:

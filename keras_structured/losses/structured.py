@@ -73,7 +73,7 @@ from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_lo
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
-from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap
+from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap_solution
 from keras_structured.ops.xla import LOSS_FIX, refuse_xla
 
 
@@ -186,6 +186,10 @@ def _structured_loss(
     """
     refuse_xla("The SparseMAP, hinge and perceptron losses", LOSS_FIX)
     eta_u, eta_v = _scores(structure, y_pred)
+    dtype = eta_u.dtype
+    # In float64, cast once at the end: the loss is a difference of two large scores.
+    eta_u = tf.cast(eta_u, tf.float64)
+    eta_v = None if eta_v is None else tf.cast(eta_v, tf.float64)
     lengths, gold_m, gold_n = _gold(structure, y_true, y_pred, eta_u)
     cost_u = eta_u + cost_weight * (1.0 - 2.0 * gold_m) if cost_weight else eta_u
     # Danskin: the gradient of the max is its maximiser, so the solver is not differentiated.
@@ -194,13 +198,13 @@ def _structured_loss(
     if options is None:
         u, v = map_decode(structure, scores_u, scores_v, lengths=lengths)[1:]
     else:
-        u, v = sparsemap(structure, scores_u, scores_v, lengths=lengths, options=options)
+        u, v = sparsemap_solution(structure, scores_u, scores_v, lengths=lengths, options=options)
     loss = _inner(cost_u, u) - _inner(eta_u, gold_m) + cost_weight * _per_example_sum(gold_m)
     if eta_v is not None:
         loss += _inner(eta_v, v) - _inner(eta_v, gold_n)
     if options is not None:
         loss += _per_example_sum(tf.square(gold_m) - tf.square(u)) / 2
-    return tf.maximum(loss, 0.0)
+    return tf.cast(tf.maximum(loss, 0.0), dtype)
 
 
 def sparsemap_loss(

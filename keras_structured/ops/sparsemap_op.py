@@ -219,33 +219,9 @@ def sparsemap(
     inputs = prepare_scores(structure, eta_u, eta_v, lengths)
     dtype = inputs[0].dtype
     scores_u, scores_v = (tf.cast(scores, SOLVER_DTYPE) for scores in inputs[:2])
-
-    def forward(values_u, values_v, sizes=None):
-        solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
-        outputs = (solution.u, solution.v, *solution.support)
-        if not return_info:  # every output costs a conversion to a tensor
-            return outputs
-        shape = (
-            solution.structures[0].shape[1:]
-            if solution.structures
-            else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
-        )
-        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
-        return outputs + (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
-
-    float64 = SOLVER_DTYPE
-    info_dtypes = [float64, structure.code_dtype, float64, tf.int32, tf.bool] if return_info else []
-    outputs = tf.numpy_function(
-        raising_invalid_scores(forward),
-        [scores_u, scores_v, *inputs[2:]],
-        [float64, float64, tf.int64, float64, tf.int64, float64, float64] + info_dtypes,
-        stateful=False,
-        name="sparsemap_forward",
-    )
+    outputs = _solver_outputs(structure, [scores_u, scores_v, *inputs[2:]], options, True, return_info)
     u, v = outputs[:2]
     support = Support(*outputs[2:7])
-    u.set_shape(scores_u.shape)
-    v.set_shape(scores_v.shape)
 
     @tf.custom_gradient
     def attach_jacobian(values_u, values_v):
@@ -270,6 +246,64 @@ def sparsemap(
         "converged": converged,
     }
     return u, v, info
+
+
+def _solver_outputs(
+    structure: Structure, inputs: list[tf.Tensor], options: SolverOptions, jacobian: bool, return_info: bool
+) -> list[tf.Tensor]:
+    """Solve in one ``tf.numpy_function``: ``[u, v]`` (float64, with static shapes), then the
+    five :class:`Support` factors when ``jacobian``, then the five info arrays when
+    ``return_info``. Every output costs a conversion to a tensor: ask only for those needed."""
+    float64 = SOLVER_DTYPE
+
+    def forward(values_u, values_v, sizes=None):
+        solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
+        outputs = (solution.u, solution.v, *(solution.support if jacobian else ()))
+        if not return_info:
+            return outputs
+        shape = (
+            solution.structures[0].shape[1:]
+            if solution.structures
+            else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
+        )
+        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
+        info = (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
+        return outputs + info
+
+    support_dtypes = [tf.int64, float64, tf.int64, float64, float64] if jacobian else []
+    info_dtypes = [float64, structure.code_dtype, float64, tf.int32, tf.bool] if return_info else []
+    outputs = tf.numpy_function(
+        raising_invalid_scores(forward),
+        inputs,
+        [float64, float64] + support_dtypes + info_dtypes,
+        stateful=False,
+        name="sparsemap_forward",
+    )
+    outputs[0].set_shape(inputs[0].shape)
+    outputs[1].set_shape(inputs[1].shape)
+    return outputs
+
+
+def sparsemap_solution(
+    structure: Structure, eta_u, eta_v=None, *, lengths=None, options: SolverOptions | None = None
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """SparseMAP's solution ``(u, v)`` in float64, with no gradient and no Jacobian factors.
+
+    For the structured losses, whose gradient is the solution itself (Danskin's theorem):
+    the op then skips building and shipping the factors of :func:`sparsemap`'s backward
+    pass. Arguments as for :func:`sparsemap`; the scores carry no gradient.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> sparsemap_solution(SimplexStructure(), [[1.0, 0.5, -1.0]])[0].numpy()
+        array([[0.75, 0.25, 0.  ]])
+    """
+    refuse_xla("keras_structured.sparsemap", OP_FIX)
+    options = resolve_options(options)
+    inputs = prepare_scores(structure, tf.convert_to_tensor(eta_u), eta_v, lengths)
+    scores = [tf.stop_gradient(tf.cast(scores, SOLVER_DTYPE)) for scores in inputs[:2]]
+    u, v = _solver_outputs(structure, scores + inputs[2:], options, False, False)
+    return u, v
 
 
 def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, **kwargs):
@@ -338,5 +372,5 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
     u, v = (tf.cast(marginals, dtype) for marginals in outputs[:2])
     if len(outputs) == 2:
         return u, v
-    info = outputs[2]
-    return u, v, {**info, "weights": tf.cast(info["weights"], info_dtype), "gap": tf.cast(info["gap"], info_dtype)}
+    info = {**outputs[2], **{key: tf.cast(outputs[2][key], info_dtype) for key in ("weights", "gap")}}
+    return u, v, info
