@@ -33,6 +33,7 @@ import os
 import numba as nb
 import numpy as np
 
+from keras_structured.engine.blas_threads import single_threaded_blas
 from keras_structured.engine.oracle_address import (
     ORACLE,
     PARTS,
@@ -868,6 +869,11 @@ def solve_compiled(
     :class:`~keras_structured.engine.support.ExampleSolution`, with the solver
     ``status`` (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
+    with single_threaded_blas():
+        return _solve_all(compiled, flat_u, flat_v, lengths, tol, max_iter, exact)
+
+
+def _solve_all(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int, exact: bool):
     batch = flat_u.shape[0]
     # The oracle's signature: C-contiguous and writable rows.
     flat_u, flat_v = (np.require(flat, np.float64, ("C", "W")) for flat in (flat_u, flat_v))
