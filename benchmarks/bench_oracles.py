@@ -1,14 +1,22 @@
-"""Time the dependency-tree MAP oracles against networkx and a pure-numpy Chu-Liu-Edmonds.
+"""Time the MAP oracles of dependency trees and matchings against independent implementations.
 
-Every oracle solves ``argmax_T sum_{(h, d) in T} scores[h, d]`` over the
+Trees: every oracle solves ``argmax_T sum_{(h, d) in T} scores[h, d]`` over the
 dependency trees ``T`` of random sentences (see
 :mod:`keras_structured.engine.dependency_tree`). The non-projective trees are
 checked against ``networkx.maximum_spanning_arborescence`` and the numpy
 reference (same total score: with continuous random scores the best tree is
 unique). Needs ``networkx``.
 
+Matchings: the assignment oracle of :class:`MatchingStructure` solves
+``argmax_sigma sum_i scores[i, sigma(i)]``, timed per instance against scipy's
+``linear_sum_assignment`` (a Python call per instance) and checked to reach the
+same optimum, on two kinds of scores: ``N(0, 1)`` (a solve's first MAP call) and
+the SparseMAP solver's last iterate ``eta - u``, on which every matching of the
+support ties for the best (the degenerate calls that dominate a solve).
+
 Example:
     python benchmarks/bench_oracles.py --batch 32 --words 30 --repeats 20
+    python benchmarks/bench_oracles.py --structures matching --shapes 20x20,15x25,50x50
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import time
 
 import networkx as nx
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
-from keras_structured.engine import solve
+from keras_structured.engine import MatchingStructure, solve
 from keras_structured.engine.dependency_tree import DependencyTreeStructure, best_trees
 
 
@@ -94,13 +103,8 @@ def _score(heads: np.ndarray, scores: np.ndarray) -> float:
     return float(scores[heads[dependents], dependents].sum())
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
-    parser.add_argument("--words", type=int, default=30, help="words per sentence")
-    parser.add_argument("--repeats", type=int, default=20, help="timed repetitions (median reported)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def bench_trees(args: argparse.Namespace) -> None:
+    """Chu-Liu-Edmonds and Eisner against networkx and numpy, then the full solve."""
     scores = np.random.default_rng(args.seed).normal(size=(args.batch, args.words + 1, args.words + 1))
 
     start = time.perf_counter()
@@ -142,6 +146,52 @@ def main(argv: list[str] | None = None) -> None:
             f"  {name:<18}{elapsed:>9.1f} ms  ({solution.map_calls.mean():.1f} MAP calls and "
             f"{np.mean([len(w) for w in solution.weights]):.1f} trees per example)"
         )
+
+
+def bench_matchings(args: argparse.Namespace) -> None:
+    """The assignment oracle against scipy, per instance, on random scores and solver iterates."""
+    structure = MatchingStructure()
+    print(f"\nmatchings, batch={args.batch}: microseconds per instance (median batched call / batch)")
+    print(f"{'shape':<8}{'scores':<22}{'ours':>10}{'scipy':>10}{'scipy / ours':>14}")
+    for shape in args.shapes.split(","):
+        rows, cols = (int(size) for size in shape.split("x"))
+        eta_u = np.random.default_rng(args.seed).normal(size=(args.batch, rows, cols))
+        structure.map(eta_u[:1], None)  # compile outside the timings
+        iterates = eta_u - solve(structure, eta_u).u
+        for name, scores in (("N(0, 1)", eta_u), ("solver's last iterate", iterates)):
+            ours, codes = _timed(lambda s=scores: structure.map(s, None), args.repeats)
+            theirs, best = _timed(
+                lambda s=scores: [linear_sum_assignment(x, maximize=True) for x in s], args.repeats
+            )
+            for b, (best_rows, best_cols) in enumerate(best):
+                matched = np.flatnonzero(codes[b] >= 0)
+                ours_score = scores[b, matched, codes[b, matched]].sum()
+                if abs(ours_score - scores[b, best_rows, best_cols].sum()) > 1e-9 * rows:
+                    raise AssertionError(f"scipy found a better assignment on example {b} ({shape}, {name})")
+            ours, theirs = 1e3 * ours / args.batch, 1e3 * theirs / args.batch
+            print(f"{shape:<8}{name:<22}{ours:>10.2f}{theirs:>10.2f}{theirs / ours:>14.1f}")
+    print("(every assignment as good as scipy's; scipy's times include a Python call per instance)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=32, help="instances per batch")
+    parser.add_argument("--words", type=int, default=30, help="words per sentence")
+    parser.add_argument("--shapes", default="20x20,15x25,50x50", help="matching shapes, rows x columns")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repetitions (median reported)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--structures", default="tree,matching", help="comma-separated subset of tree, matching"
+    )
+    args = parser.parse_args(argv)
+    chosen = args.structures.split(",")
+    unknown = sorted(set(chosen) - {"tree", "matching"})
+    if unknown:
+        parser.error(f"unknown structures {unknown}. Received: --structures={args.structures}")
+    if "tree" in chosen:
+        bench_trees(args)
+    if "matching" in chosen:
+        bench_matchings(args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment
 
 from keras_structured.engine import solve, structure_from_config, structure_to_config
 from keras_structured.engine.matching import MatchingStructure
@@ -239,3 +240,67 @@ def test_compiled_oracle_matches_scipy(unmatched_score, shape):
         slow = solve(structure, scores, lengths=sizes, tol=1e-12, compiled=False)
         np.testing.assert_allclose(fast.u, slow.u, atol=1e-9)
         assert fast.converged.all()
+
+
+def assert_assignments_match_scipy(structure, scores, objective, lengths=None, exact=False):
+    """The codes of ``structure.map(scores)`` form valid matchings whose total ``objective``
+    is scipy's ``linear_sum_assignment`` optimum on every example (``-inf`` when every
+    matching of maximal size uses a ``-inf`` pair); ``exact`` for integer scores."""
+    codes = structure.map(scores, None, lengths)
+    structure.validate_codes(codes, scores.shape[1:], lengths)
+    for b, code in enumerate(codes):
+        rows, cols = scores.shape[1:] if lengths is None else lengths[b]
+        block = objective[b, :rows, :cols]
+        try:
+            best_rows, best_cols = linear_sum_assignment(block, maximize=True)
+            best = block[best_rows, best_cols].sum()
+        except ValueError:  # scipy: every assignment uses a -inf pair
+            best = -np.inf
+        matched = np.flatnonzero(code >= 0)
+        ours = objective[b, matched, code[matched]].sum()
+        if exact or not np.isfinite(best):
+            assert ours == best, (b, ours, best)
+        else:
+            scale = np.abs(block[np.isfinite(block)]).max(initial=1.0) * min(rows, cols)
+            assert abs(ours - best) <= 1e-12 * scale, (b, ours, best)
+    return codes
+
+
+ORACLE_SHAPES = [(1, 1), (1, 6), (6, 1), (5, 5), (20, 20), (15, 25), (25, 15), (2, 40), (40, 2)]
+
+
+@pytest.mark.parametrize("rows,cols", ORACLE_SHAPES)
+@pytest.mark.parametrize("kind", ["normal", "ties", "large", "forbidden", "forbidden ties"])
+def test_assignment_matches_scipy(rows, cols, kind):
+    rng = np.random.default_rng(rows * 100 + cols)
+    shape = (150, rows, cols)
+    scores = rng.integers(-2, 3, shape).astype(float) if "ties" in kind else rng.normal(size=shape)
+    if kind == "large":
+        scores = scores * 1e12 + 1e14
+    if "forbidden" in kind:
+        scores[rng.random(shape) < 0.4] = -np.inf
+    assert_assignments_match_scipy(MatchingStructure(), scores, scores, exact="ties" in kind)
+
+
+@pytest.mark.parametrize("unmatched_score", [0.0, 0.7])
+@pytest.mark.parametrize("rows,cols", [(20, 20), (15, 25), (25, 15)])
+def test_assignment_with_threshold_and_lengths_matches_scipy(rows, cols, unmatched_score):
+    rng = np.random.default_rng(rows + cols)
+    scores = rng.normal(size=(100, rows, cols))
+    scores[:50] = np.round(scores[:50])  # ties, with the threshold too
+    scores[rng.random(scores.shape) < 0.2] = -np.inf
+    lengths = np.stack([rng.integers(0, rows + 1, 100), rng.integers(0, cols + 1, 100)], axis=1)
+    gains = np.maximum(scores - unmatched_score, 0.0)
+    for sizes in (None, lengths):
+        structure = MatchingStructure(unmatched_score)
+        codes = assert_assignments_match_scipy(structure, scores, gains, sizes)
+        m, _ = structure.indicators(codes, (rows, cols), (0,))
+        assert np.all(scores[m == 1] > unmatched_score)
+
+
+@pytest.mark.parametrize("shape", [(20, 20), (15, 25), (25, 15)])
+def test_assignment_on_the_solvers_iterates_matches_scipy(shape):
+    # At the solution, every matching of the support scores best on eta - u: many ties.
+    eta_u = np.random.default_rng(6).normal(size=(16,) + shape)
+    iterates = eta_u - solve(MatchingStructure(), eta_u, tol=1e-12).u
+    assert_assignments_match_scipy(MatchingStructure(), iterates, iterates)

@@ -10,48 +10,126 @@ from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 
 @nb.njit(cache=True, nogil=True)
-def _max_assignment(scores):
-    """Column of every row in a maximum-score assignment of ``scores`` (rows <= columns).
+def _reduce_columns(scores, u, v, owner, assignment):
+    """Start a square assignment: ``v_j = max_i scores[i, j]``, ``u_i = max_j scores[i, j] - v_j``
+    (feasible duals), and every column matched to its best row where that pair is tight
+    and the row still free. Writes ``u``, ``v``, ``owner`` and ``assignment`` in place."""
+    rows, cols = scores.shape
+    for j in range(cols - 1, -1, -1):
+        best, best_row = -np.inf, 0
+        for i in range(rows):
+            if scores[i, j] > best:
+                best, best_row = scores[i, j], i
+        v[j] = best
+        if assignment[best_row] < 0:
+            assignment[best_row], owner[j] = j, best_row
+    for i in range(rows):
+        u[i] = -np.inf
+        for j in range(cols):
+            u[i] = max(u[i], scores[i, j] - v[j])
+        j = assignment[i]
+        if j >= 0 and scores[i, j] - v[j] != u[i]:
+            assignment[i], owner[j] = -1, -1
 
-    The Hungarian algorithm with potentials (Kuhn-Munkres, O(rows^2 columns)).
+
+@nb.njit(cache=True, nogil=True)
+def _max_assignment(scores, assignment):
+    """A maximum-score assignment of every row of ``scores`` to its own column (rows <= columns).
+
+    Solves ``max_sigma sum_i scores[i, sigma(i)]`` over one-to-one ``sigma`` by
+    shortest augmenting paths (Jonker and Volgenant 1987, in the form of Crouse
+    2016 that scipy's ``linear_sum_assignment`` uses), O(rows^2 columns). Row by
+    row, a Dijkstra search over the reduced scores ``u_i + v_j - scores[i, j] >= 0``
+    (dual potentials ``u``, ``v``) finds the best way to fit the row in, and the
+    potentials are updated so that every matched pair keeps a reduced score of 0.
+    Every step of the search scans all the columns in branch-free passes (settled
+    columns are masked by ``+inf``), which the compiler vectorizes. Square problems
+    start from the column reduction of Jonker and Volgenant, which matches many rows
+    without a search.
+
+    Args:
+        scores: ``(rows, columns)`` C-contiguous float64 scores.
+        assignment: ``(rows,)`` int64 output: the column of every row.
+
+    Returns:
+        False if the search met no finite reduced score where it needed one (``-inf``
+        or NaN scores left no finite way to match a row): ``assignment`` is then
+        incomplete.
     """
     rows, cols = scores.shape
-    row_potential, col_potential = np.zeros(rows + 1), np.zeros(cols + 1)
-    owner, way = np.zeros(cols + 1, np.int64), np.zeros(cols + 1, np.int64)
-    for i in range(1, rows + 1):
-        owner[0], j0 = i, 0
-        # np.empty and int64 flags: array constructors the solver compiles anyway
-        slack, used = np.empty(cols + 1), np.zeros(cols + 1, np.int64)
-        slack[:] = np.inf
-        while True:
-            used[j0] = 1
-            i0, delta, j1 = owner[j0], np.inf, 0
-            for j in range(1, cols + 1):
-                if not used[j]:
-                    reduced = -scores[i0 - 1, j - 1] - row_potential[i0] - col_potential[j]
-                    if reduced < slack[j]:
-                        slack[j], way[j] = reduced, j0
-                    if slack[j] < delta:
-                        delta, j1 = slack[j], j
-            for j in range(cols + 1):
-                if used[j]:
-                    row_potential[owner[j]] += delta
-                    col_potential[j] -= delta
-                else:
-                    slack[j] -= delta
-            j0 = j1
-            if owner[j0] == 0:
-                break
-        while j0 != 0:
-            j1 = way[j0]
-            owner[j0] = owner[j1]
-            j0 = j1
-    assignment = np.empty(rows, np.int64)
+    u, v, distance = np.zeros(rows), np.zeros(cols), np.empty(cols)
+    # The search's tentative distances, and +inf on the columns it has settled.
+    tentative, settled_mask = np.full(cols, np.inf), np.zeros(cols)
+    owner, previous, settled = np.full(cols, -1), np.empty(cols, np.int64), np.empty(cols, np.int64)
+    reached = np.empty(rows, np.int64)  # the rows the search went through, in order
     assignment[:] = -1
-    for j in range(1, cols + 1):
-        if owner[j] > 0:
-            assignment[owner[j] - 1] = j - 1
-    return assignment
+    if rows == cols:
+        _reduce_columns(scores, u, v, owner, assignment)
+    for row in range(rows):
+        if assignment[row] >= 0:
+            continue
+        steps, i, path_length, sink = 0, row, 0.0, -1
+        while sink < 0:
+            reached[steps] = i
+            base, row_scores = path_length + u[i], scores[i]
+            for j in range(cols):
+                through_i = base + v[j] - row_scores[j] + settled_mask[j]
+                shorter = through_i < tentative[j]
+                tentative[j] = through_i if shorter else tentative[j]
+                previous[j] = i if shorter else previous[j]
+            closest = np.inf
+            for j in range(cols):
+                closest = min(closest, tentative[j])
+            if not closest < np.inf:
+                return False
+            # The first closest column; a free one on ties (it ends the search).
+            j = -1
+            for k in range(cols):
+                if tentative[k] == closest:
+                    if owner[k] < 0:
+                        j = k
+                        break
+                    j = k if j < 0 else j
+            distance[j], tentative[j], settled_mask[j], settled[steps] = closest, np.inf, np.inf, j
+            steps += 1
+            path_length = closest
+            if owner[j] < 0:
+                sink = j
+            else:
+                i = owner[j]
+        # New potentials: reduced scores stay >= 0, and 0 on the pairs of the new assignment.
+        u[row] -= path_length
+        for k in range(1, steps):
+            u[reached[k]] -= path_length - distance[assignment[reached[k]]]
+        for k in range(steps):
+            j = settled[k]
+            v[j] += path_length - distance[j]
+            settled_mask[j] = 0.0
+        tentative[:] = np.inf
+        # Augment along the path back from the sink.
+        j = sink
+        while True:
+            i = previous[j]
+            owner[j] = i
+            assignment[i], j = j, assignment[i]
+            if i == row:
+                break
+    return True
+
+
+@nb.njit(cache=True, nogil=True)
+def _replace_non_finite(scores):
+    """Swap the non-finite entries of ``scores`` (in place) for a penalty ``-(2 F + 1)``,
+    ``F`` the sum of the finite ``|scores|``: an assignment then uses as few of them as
+    possible and, with as many, scores best on the others."""
+    mass = 0.0
+    for value in scores.ravel():
+        if np.isfinite(value):
+            mass += abs(value)
+    for i in range(scores.shape[0]):
+        for j in range(scores.shape[1]):
+            if not np.isfinite(scores[i, j]):
+                scores[i, j] = -(2.0 * mass + 1.0)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -64,18 +142,20 @@ def _matching_oracle(scores_u, scores_v, length, params, m_indices, m_values, n_
     code[:] = -1
     if used_rows == 0 or used_cols == 0:
         return np.int64(0), np.int64(0)
-    scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols] - threshold
+    scores = scores_u.reshape(rows, cols)[:used_rows, :used_cols]
+    # The assignment runs along the smaller side, on a contiguous copy.
+    transposed = used_rows > used_cols
+    along = np.ascontiguousarray(scores.T if transposed else scores)
     if partial:
-        scores = np.maximum(scores, 0.0)
-    if used_rows <= used_cols:
-        for i, j in enumerate(_max_assignment(scores)):
-            code[i] = j
-    else:
-        for j, i in enumerate(_max_assignment(scores.T.copy())):
-            code[i] = j
-    for i in range(used_rows):
-        if code[i] >= 0 and partial and scores_u[i * cols + code[i]] <= threshold:
-            code[i] = -1
+        along = np.maximum(along - threshold, 0.0)  # the gains over the threshold
+    assigned = np.empty(along.shape[0], np.int64)
+    if not _max_assignment(along, assigned):
+        _replace_non_finite(along)  # -inf: forbidden pairs; NaN: garbage in, a matching out
+        _max_assignment(along, assigned)
+    for k in range(along.shape[0]):
+        j = assigned[k]
+        if j >= 0 and (not partial or along[k, j] > 0.0):  # a pair is used only for a positive gain
+            code[j if transposed else k] = k if transposed else j
     return _matching_parts(code, params, m_indices, m_values, n_indices, n_values)
 
 
@@ -95,8 +175,9 @@ class MatchingStructure(Structure):
 
     A structure is a set ``P`` of row-column pairs using every row and every
     column at most once; ``m_s`` (shape ``(m, n)``) has a one at every pair of
-    ``P``, and there is no higher-order part. The MAP oracle (the Hungarian algorithm
-    with potentials, compiled, one call per example) solves
+    ``P``, and there is no higher-order part. The MAP oracle (a Hungarian-type
+    algorithm: Jonker-Volgenant shortest augmenting paths, compiled, one call per
+    example) solves
 
     * with ``unmatched_score=None``: ``argmax_P sum_{(i, j) in P} s_ij`` over the
       matchings of size ``min(m, n)``: permutation matrices when ``m == n``, and
