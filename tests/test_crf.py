@@ -198,41 +198,67 @@ def test_both_crfs_compile_with_xla():
     np.testing.assert_allclose(mu.numpy(), tree_crf_marginals(scores, lengths - 1, True).numpy(), atol=1e-12)
 
 
-def _laplacian_log_z(scores: np.ndarray, single_root: bool) -> float:
-    """Koo et al.'s matrix-tree determinant with 120 significant digits: an independent reference."""
+def _laplacian_reference(scores: np.ndarray, single_root: bool) -> tuple[float, np.ndarray]:
+    """``(log Z, marginals)`` of Koo et al.'s matrix-tree determinant with 120 significant digits.
+
+    An independent reference: the Laplacian (for single-root trees, its first row replaced by
+    the root weights) inverted by Gauss-Jordan elimination; each marginal is
+    ``w[h, m] * sum_cells sign * L^{-1}[j, i]`` over the cells ``(i, j)`` holding ``sign * w[h, m]``,
+    a difference of entries up to the condition number of ``L`` that 120 digits keep exact.
+    """
     from decimal import Decimal, getcontext
 
     getcontext().prec = 120
     n = scores.shape[0] - 1
     weight = [[Decimal(float(scores[h, m])).exp() for m in range(n + 1)] for h in range(n + 1)]
-    lap = [[Decimal(0)] * n for _ in range(n)]
+    cells = {}  # arc (h, m) -> [(row, column, sign)] of the Laplacian entries it enters
     for m in range(1, n + 1):
-        for h in range(1, n + 1):
-            if h != m:
-                lap[h - 1][m - 1] = -weight[h][m]
-                lap[m - 1][m - 1] += weight[h][m]
-        if not single_root:
-            lap[m - 1][m - 1] += weight[0][m]
-    if single_root:
-        lap[0] = [weight[0][m] for m in range(1, n + 1)]
+        for h in range(n + 1):
+            if h == 0:
+                cells[h, m] = [(0, m - 1, 1) if single_root else (m - 1, m - 1, 1)]
+            elif h != m:  # single root: row 0 holds the root weights, not word 1's arcs
+                entries = ((m - 1, m - 1, 1), (h - 1, m - 1, -1))
+                cells[h, m] = [cell for cell in entries if not (single_root and cell[0] == 0)]
+    lap = [[Decimal(0)] * (2 * n) for _ in range(n)]
+    for i in range(n):
+        lap[i][n + i] = Decimal(1)
+    for (h, m), entries in cells.items():
+        for i, j, sign in entries:
+            lap[i][j] += sign * weight[h][m]
     det = Decimal(1)
-    for k in range(n):  # Gaussian elimination with partial pivoting
+    for k in range(n):  # Gauss-Jordan with partial pivoting on [L | I]
         pivot = max(range(k, n), key=lambda i: abs(lap[i][k]))
         if pivot != k:
             lap[k], lap[pivot], det = lap[pivot], lap[k], -det
         det *= lap[k][k]
-        for i in range(k + 1, n):
-            factor = lap[i][k] / lap[k][k]
-            for j in range(k, n):
-                lap[i][j] -= factor * lap[k][j]
-    return float(abs(det).ln())
+        lap[k] = [x / lap[k][k] for x in lap[k]]
+        for i in range(n):
+            if i != k and lap[i][k]:
+                factor = lap[i][k]
+                lap[i] = [a - factor * b for a, b in zip(lap[i], lap[k], strict=True)]
+    marginals = np.zeros((n + 1, n + 1))
+    for (h, m), entries in cells.items():
+        marginals[h, m] = float(weight[h][m] * sum(sign * lap[j][n + i] for i, j, sign in entries))
+    return float(abs(det).ln()), marginals
+
+
+def test_the_120_digit_reference_matches_enumeration():
+    scores = np.random.default_rng(7).normal(size=(5, 5)) * 3
+    for single_root in (False, True):
+        log_z, marginals = _laplacian_reference(scores, single_root)
+        expected_log_z, expected_marginals = brute_force_tree_crf(scores, 4, single_root)
+        np.testing.assert_allclose(log_z, expected_log_z, rtol=1e-14)
+        np.testing.assert_allclose(marginals, expected_marginals, atol=1e-14)
 
 
 @pytest.mark.parametrize("single_root", [False, True])
 @pytest.mark.parametrize("gap", [0.0, 20.0, 60.0])
 def test_tree_is_accurate_when_confident_heads_form_cycles(single_root, gap):
     # Confident scores whose best heads form one long cycle, with the root arcs `gap` lower:
-    # the Laplacian is nearly singular, where LU or QR lose every digit (float64 included).
+    # the Laplacian is nearly singular, where LU or QR lose every digit (float64 included),
+    # and so do marginals read off its inverse (a difference of two entries as large as
+    # its condition number). Float32 inputs are computed in float64: only rounding the
+    # results to float32 (a relative 6e-8) separates them from the reference.
     n = 30
     rng = np.random.default_rng(int(gap) + single_root)
     scores = rng.normal(size=(n + 1, n + 1)) * 3
@@ -240,16 +266,12 @@ def test_tree_is_accurate_when_confident_heads_form_cycles(single_root, gap):
         scores[m % n + 1, m] += 25.0
     scores[0, 1:] -= gap
     scores32 = scores.astype(np.float32)
-    expected = _laplacian_log_z(scores32.astype(np.float64), single_root)
-    for dtype, atol in ((tf.float64, 1e-9), (tf.float32, 2e-3)):
+    expected_log_z, expected_marginals = _laplacian_reference(scores32.astype(np.float64), single_root)
+    for dtype, rtol, atol in ((tf.float64, 1e-14, 1e-12), (tf.float32, 1e-7, 2e-7)):
         log_z = tree_crf_log_partition(tf.constant(scores32[None], dtype), single_root=single_root)
-        np.testing.assert_allclose(log_z.numpy()[0], expected, rtol=0, atol=atol)
-    mu64 = tree_crf_marginals(tf.constant(scores32[None], tf.float64), single_root=single_root).numpy()[0]
-    mu32 = tree_crf_marginals(tf.constant(scores32[None]), single_root=single_root).numpy()[0]
-    np.testing.assert_allclose(mu64.sum(0)[1:], 1.0, atol=1e-9)
-    np.testing.assert_allclose(mu32, mu64, atol=2e-4)
-    if single_root:
-        np.testing.assert_allclose(mu64[0].sum(), 1.0, atol=1e-9)
+        marginals = tree_crf_marginals(tf.constant(scores32[None], dtype), single_root=single_root)
+        np.testing.assert_allclose(log_z.numpy()[0], expected_log_z, rtol=rtol)
+        np.testing.assert_allclose(marginals.numpy()[0], expected_marginals, rtol=0, atol=atol)
 
 
 def test_single_root_without_a_single_root_tree_is_minus_inf():

@@ -23,12 +23,8 @@ except handing the oracle its dense scores.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
-import functools
-import itertools
 import math
-import os
 
 import numba as nb
 import numpy as np
@@ -42,6 +38,7 @@ from keras_structured.engine.oracle_address import (
     oracle_at,
     parts_at,
 )
+from keras_structured.engine.parallel import THREADS, run_on_all_threads
 
 # Same meaning as in active_set.py: squared distance (relative to ||m||^2) below
 # which a unary vector counts as lying in the affine hull of the active ones.
@@ -63,7 +60,6 @@ _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 # Solver status: stopped by max_iter before tol; terminated; stuck on an active
 # structure before tol; stopped by max_iter within tol but before exact termination.
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
-_THREADS = min(8, os.cpu_count() or 1)
 # The rows of the kernel's scratch matrix ``work`` (each of size k + 1, one role each):
 # the border [1; M_I m] of a candidate structure, w = K^{-1} border, the solution
 # (tau, y_hat) = K^{-1} [1; theta] kept up to date with K^{-1}, products M_I x, the
@@ -904,25 +900,14 @@ def _solve_all(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, ma
     if batch and not _solve_one.signatures:  # this process's first call compiles or loads it
         announce_compilation(_solve_one, "the SparseMAP solver")
         results[0], first = solve_example(0), 1
-    if batch - first < 2 * _THREADS:
+    if batch - first < 2 * THREADS:
         return results[:first] + [solve_example(b) for b in range(first, batch)]
 
-    pending = itertools.count(first)
+    pending = iter(range(first, batch))
 
-    def work():  # each thread takes the next unsolved example (next() is atomic under the GIL)
-        while (b := next(pending)) < batch:
+    def work():  # each thread takes the next unsolved example
+        for b in pending:
             results[b] = solve_example(b)
 
-    # The kernel releases the GIL; the calling thread works too (one thread less to wake).
-    helpers = [_pool(os.getpid()).submit(work) for _ in range(_THREADS - 1)]
-    work()
-    for helper in helpers:
-        helper.result()
+    run_on_all_threads(work)
     return results
-
-
-@functools.cache
-def _pool(process_id: int) -> concurrent.futures.ThreadPoolExecutor:
-    """The helper threads of :func:`solve_compiled`, started once per process (a forked
-    child, with another ``process_id``, starts its own: it inherits no running threads)."""
-    return concurrent.futures.ThreadPoolExecutor(max(_THREADS - 1, 1), thread_name_prefix="sparsemap")
