@@ -329,7 +329,7 @@ class SparseMAPDependencyTree(_FixedStructureLayer):
 
 @keras.saving.register_keras_serializable(package="keras_structured")
 class SparseMAPMatching(_FixedStructureLayer):
-    """SparseMAP over bipartite matchings (alignments), with a Hungarian MAP oracle.
+    """SparseMAP over bipartite matchings (alignments), with a Jonker-Volgenant MAP oracle.
 
     Solves ``max_{u in M} <scores - t, u> - ||u||^2 / 2`` over the (partial)
     matching polytope: with ``unmatched_score=t`` items may stay unmatched and a

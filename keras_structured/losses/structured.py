@@ -26,7 +26,8 @@ number of unary parts where ``u`` and ``m`` differ) weighted by ``w = cost_weigh
 The SparseMAP and MAP losses run the solver under ``stop_gradient`` (by Danskin's
 theorem the gradient is ``mu* - a`` without differentiating the solver) in a
 ``tf.numpy_function``: compile models using them with ``jit_compile=False``. The
-CRF losses are pure TensorFlow.
+CRF losses compile with XLA too: the linear chain is pure TensorFlow, and the tree CRF
+runs a compiled kernel, or its pure TensorFlow elimination inside XLA.
 
 Labels ``y_true`` are the gold structures' codes, in the structure's own format
 (Keras casts them to float; they are cast back to the structure's ``code_dtype``):
@@ -722,7 +723,7 @@ def tree_crf_loss(y_true, y_pred, single_root: bool = False) -> tf.Tensor:
 
     ``log Z`` sums over all non-projective trees by the matrix-tree theorem
     (:func:`keras_structured.ops.crf.tree_crf_log_partition`); the gradient is the
-    arc marginals minus the gold arcs. Pure TensorFlow.
+    arc marginals minus the gold arcs. XLA compiles it (see that function).
 
     Args:
         y_true: ``(batch, n + 1)`` gold heads, ``-1`` at the root and past each
@@ -803,7 +804,7 @@ class TreeCRFLoss(_PerExampleLoss):
 
     ``log Z`` sums over all non-projective trees by the matrix-tree theorem
     (:func:`keras_structured.ops.crf.tree_crf_log_partition`); the gradient is
-    the arc marginals minus the gold arcs. Pure TensorFlow. The loss of each
+    the arc marginals minus the gold arcs. XLA compiles it. The loss of each
     example is :func:`tree_crf_loss`.
 
     Args:
