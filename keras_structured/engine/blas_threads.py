@@ -4,8 +4,8 @@ The active-set kernel rebuilds small inverses with LAPACK (``np.linalg.pinv`` in
 which calls the LAPACK that SciPy ships). OpenBLAS splits such calls across its own
 threads, and they spin while they wait for each other: once another process holds a
 core, a descheduled BLAS thread stalls the others for whole time slices. On a 2-core
-machine with two busy processes beside it, trees of 80 words took a p90 of 487 ms per
-solve instead of 36 ms. The matrices are at most a few hundred wide, where one thread is
+machine with two busy processes beside it, trees of 80 words took a p90 of 0.5-0.8 s per
+solve instead of 28-36 ms. The matrices are at most a few hundred wide, where one thread is
 as fast anyway, and the solver parallelises across examples instead.
 
 :func:`single_threaded_blas` sets every OpenBLAS loaded in the process to one thread for
