@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import os
+import subprocess
+import sys
 import time
 import warnings
 
@@ -55,25 +56,17 @@ SCORES = ("normal", "confident")
 GRADIENT_BATCH = 16
 
 
-def _spin() -> None:  # pragma: no cover - runs in a child process until terminated
-    while True:
-        pass
-
-
 @contextlib.contextmanager
 def busy_processes(count: int):
     """``count`` processes that keep one core each busy, for the duration of the block."""
-    context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_spin, daemon=True) for _ in range(count)]
-    for process in processes:
-        process.start()
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
     try:
         time.sleep(0.2 if count else 0.0)  # let them get scheduled
-        yield
+        yield processes
     finally:
         for process in processes:
-            process.terminate()
-            process.join()
+            process.kill()
+            process.wait()
 
 
 def tree_scores(rng: np.random.Generator, batch: int, words: int, kind: str) -> np.ndarray:
