@@ -37,8 +37,10 @@ METHODS = {
     "pairwise_frank_wolfe": functools.partial(FrankWolfeSolver, variant="pairwise"),
 }
 
-# Default limit on MAP calls. Exact termination takes about 3n calls on trees of n words
-# (320, at most 450, for n = 100) and up to 150 on near-zero scores of an 8x5 tagger.
+# Default limit on MAP calls. Exact termination on trees of n words with N(0, 1) scores takes
+# about 3n calls up to n = 80 (240, at most 435, at n = 80), 380 (at most 1000+) at n = 100,
+# and 700-2500 at n = 150 (13 of 32 within this limit; benchmarks/bench_sizes.py); scores
+# of trained models need far fewer. Up to 150 on near-zero scores of an 8x5 tagger.
 DEFAULT_MAX_ITER = 1000
 
 
