@@ -38,6 +38,7 @@ CASES = {
     "tree10": (DependencyTreeStructure(), (11, 11), None),
     "tree30": (DependencyTreeStructure(), (31, 31), None),
     "tree50": (DependencyTreeStructure(), (51, 51), None),
+    "tree80": (DependencyTreeStructure(), (81, 81), None),
     "tree30-single-root": (DependencyTreeStructure(single_root=True), (31, 31), None),
     "sequence30x20": (SequenceStructure(), (30, 20), (29, 20, 20)),
     "matching20x20": (MatchingStructure(), (20, 20), None),
