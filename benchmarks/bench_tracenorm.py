@@ -12,7 +12,7 @@ Every number is a module constant below, gathered in :class:`Protocol`:
 1. **UAS against C** (kind ``sparsemap``): vi_vtb 2.0, full treebank, SparseMAP loss,
    full-batch Frank-Wolfe with the step ``2/(k+2)``, ``d =`` :data:`DIM`, ``lam =`` :data:`LAM`,
    :data:`STEPS` steps with dev UAS every :data:`EVAL_EVERY` steps, for each C of :data:`CS`
-   (a log2 grid around the README's first run at C = 20); dev UAS at the end (``final.json``)
+   (a log2 grid around the first run of docs/results.md at C = 20); dev UAS at the end (``final.json``)
    and test UAS (``evaluate --split test``). The C of best final dev UAS is chosen (ties:
    the smaller C); a best C at an end of the grid widens it by a factor of 2, at most
    :data:`MAX_WIDENINGS` times, and the choice waits for the new run.
@@ -148,9 +148,9 @@ AT_CHOSEN_C = (("vi", "hinge"), ("vi", "line_search"), ("en", "stochastic"))
 
 #: Hashing dimension d of the token features (all runs but the d sweep).
 DIM = 2**12
-#: Weight of ||eta||_2 in the ball (as in the README's first run).
+#: Weight of ||eta||_2 in the ball (as in the first run of docs/results.md).
 LAM = 5.0
-#: The radii C of the sweep: a log2 grid around the README's first run (C = 20).
+#: The radii C of the sweep: a log2 grid around the first run of docs/results.md (C = 20).
 CS = (5.0, 10.0, 20.0, 40.0, 80.0)
 #: How many times the C grid may be widened by a factor of 2 (see :func:`choose`).
 MAX_WIDENINGS = 2

@@ -4,7 +4,7 @@ Each worker is a process with ``TF_CONFIG`` naming both on 127.0.0.1 (free ports
 weights they train must equal, up to float round-off, those of one process trained on
 the same global batch (``tests/scripts/multi_worker_fit.py``, a custom training loop: Keras 3's
 ``model.fit`` does not run under this strategy yet). On a cluster the same script
-runs with each machine's address in ``TF_CONFIG`` (see the README).
+runs with each machine's address in ``TF_CONFIG`` (see docs/performance.md).
 """
 
 from __future__ import annotations

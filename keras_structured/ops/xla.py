@@ -8,7 +8,7 @@ ops, layers and losses call :func:`refuse_xla` when they are traced, so that the
 first call inside an XLA-compiled function raises a ``ValueError`` naming the
 caller and the fix instead.
 
-What each caller does about ``jit_compile=True`` (see the README's notes):
+What each caller does about ``jit_compile=True`` (see docs/performance.md):
 
 * The SparseMAP layers set ``supports_jit = False``, so ``model.compile(...,
   jit_compile=True)`` warns once ("Model doesn't support ``jit_compile=True``.
