@@ -239,13 +239,18 @@ def sparsemap(
         return u, v
     weights, codes, gap, map_calls, converged = outputs[7:]
     info = {
-        "weights": tf.cast(tf.stop_gradient(weights), dtype),
+        "weights": tf.stop_gradient(weights),
         "structures": codes,
-        "gap": tf.cast(tf.stop_gradient(gap), dtype),
+        "gap": tf.stop_gradient(gap),
         "map_calls": map_calls,
         "converged": converged,
     }
-    return u, v, info
+    return u, v, _info_in(info, dtype)
+
+
+def _info_in(info: dict, dtype: tf.DType) -> dict:
+    """The info dict of :func:`sparsemap` with its float arrays (weights, gap) in ``dtype``."""
+    return {key: tf.cast(value, dtype) if key in ("weights", "gap") else value for key, value in info.items()}
 
 
 def _solver_outputs(
@@ -372,5 +377,4 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
     u, v = (tf.cast(marginals, dtype) for marginals in outputs[:2])
     if len(outputs) == 2:
         return u, v
-    info = {**outputs[2], **{key: tf.cast(outputs[2][key], info_dtype) for key in ("weights", "gap")}}
-    return u, v, info
+    return u, v, _info_in(outputs[2], info_dtype)
