@@ -483,6 +483,7 @@ def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[
         True when every planned run is finished and evaluated and the inspections succeeded.
     """
     plan, ok = run_rounds(
+        root,
         lambda: _replan(config, root),
         lambda spec: execute(spec, config, data, root, env),
         jobs,

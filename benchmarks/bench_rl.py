@@ -58,6 +58,8 @@ from resumable_runs import (
     write_results,
 )
 
+from keras_structured.run_directory import RunLock, make_directory, open_for_appending, write_text
+
 ALGOS = ("projected", "ppo")
 DONE_MARKER = "bench_done.json"
 EVAL_FILE = "eval.json"
@@ -244,7 +246,7 @@ def execute(spec: RunSpec, root: Path, env: dict[str, str]) -> bool:
         if kind == "train":
             if "--resume" not in argv and logdir.exists():
                 shutil.rmtree(logdir)  # partial run without checkpoints: start afresh
-            logdir.mkdir(parents=True, exist_ok=True)
+            make_directory(logdir)
             state = read_json(logdir / STATE_FILE) or {"train_wall_s": 0.0, "sessions": 0}
             log_progress(f"{'resume' if '--resume' in argv else 'train'} {spec.name} ({spec.steps} steps)")
             code = run_session(argv, logdir, state, env)
@@ -257,7 +259,7 @@ def execute(spec: RunSpec, root: Path, env: dict[str, str]) -> bool:
             log_progress(f"evaluate {spec.name}")
             start = time.perf_counter()
             proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-            (logdir / "bench_eval.log").write_text(proc.stdout + proc.stderr)
+            write_text(logdir / "bench_eval.log", proc.stdout + proc.stderr)
             try:
                 result = parse_eval_output(proc.stdout)
             except ValueError:
@@ -585,7 +587,7 @@ def write_report(root: Path) -> Path:
 def _timed(argv: list[str], env: dict[str, str], log: Path) -> tuple[float, str]:
     """Run ``argv``, stderr to ``log``; return (wall seconds, stdout). Raises on a non-zero exit."""
     start = time.perf_counter()
-    with open(log, "w") as err:
+    with open_for_appending(log) as err:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -686,7 +688,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(" ".join(command))
         return 0
     env = jobs_env(args.jobs, args.threads_per_job)
-    ok = run_parallel(lambda spec: execute(spec, args.root, env), specs, args.jobs)
+    with RunLock(args.root):  # one runner per suite
+        ok = run_parallel(lambda spec: execute(spec, args.root, env), specs, args.jobs)
     log_progress(f"{sum(ok)}/{len(ok)} runs finished; report: {write_report(args.root)}")
     return 0 if all(ok) else 1
 

@@ -615,6 +615,7 @@ def run_suite(
         True when every planned run is finished and evaluated.
     """
     plan, ok = run_rounds(
+        root,
         lambda: _replan(protocol, root),
         lambda spec: execute(spec, protocol, data, root, env, time_limit),
         jobs,

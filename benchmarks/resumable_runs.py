@@ -58,6 +58,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from keras_structured.run_directory import RunLock, make_directory, open_for_appending, write_json, write_text
+
 FINAL_FILE = "final.json"
 STATE_FILE = "bench_state.json"
 TRAIN_LOG = "bench_train.log"
@@ -77,13 +79,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` atomically (temporary file then rename)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def shared_data(*parts: str) -> Path:
@@ -174,7 +169,7 @@ def run_session(argv: list[str], logdir: Path, state: dict[str, Any], env: dict[
         The exit status of the process.
     """
     start = time.perf_counter()
-    with open(logdir / TRAIN_LOG, "a") as output:
+    with open_for_appending(logdir / TRAIN_LOG) as output:
         code = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env).returncode
     state.update(
         train_wall_s=state["train_wall_s"] + time.perf_counter() - start,
@@ -204,7 +199,7 @@ def run_training(
     """
     if fresh and logdir.exists():
         shutil.rmtree(logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
+    make_directory(logdir)
     for stale in logdir.glob("eval_*.json"):
         stale.unlink()
     code = run_session(argv, logdir, state, env)
@@ -330,7 +325,7 @@ def time_side_by_side(
     log_progress(f"time training steps of {what} side by side")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     log = output.parent / "bench_time.log"
-    log.write_text(proc.stdout + proc.stderr)
+    write_text(log, proc.stdout + proc.stderr)
     if proc.returncode != 0 or read_json(output) is None:
         log_progress(f"FAILED timing (exit {proc.returncode}, see {log})")
         return False
@@ -371,7 +366,7 @@ class _Session:
         log_progress(f"evaluate {self.name} on {split}")
         start = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, env=self.env)
-        (self.logdir / f"bench_eval_{split}.log").write_text(proc.stdout + proc.stderr)
+        write_text(self.logdir / f"bench_eval_{split}.log", proc.stdout + proc.stderr)
         target = self.logdir / f"eval_{split}.json"
         if not target.is_file():  # the CLI writes it; fall back on its JSON line
             try:
@@ -554,9 +549,12 @@ def run_parallel(execute: Callable[[SpecT], bool], specs: Sequence[SpecT], jobs:
 
 
 def run_rounds(
-    replan: Callable[[], PlanT], execute: Callable[[Any], bool], jobs: int, waiting: str
+    root: Path, replan: Callable[[], PlanT], execute: Callable[[Any], bool], jobs: int, waiting: str
 ) -> tuple[PlanT, bool]:
-    """Run a suite in rounds until a round has nothing new to do.
+    """Run a suite in rounds until a round has nothing new to do, holding the suite's lock.
+
+    A second runner on the same ``root`` is refused (:class:`RunLockedError`, naming the pid
+    of the first) before it plans anything.
 
     Each round re-plans from the logdirs (``replan``, which also records the plan in
     ``bench_plan.json``) and runs what is pending, ``jobs`` at a time: the choices that the
@@ -564,6 +562,7 @@ def run_rounds(
     session; what depends on it keeps waiting.
 
     Args:
+        root: the suite's root directory (locked with :class:`RunLock`).
         replan: the plan of the logdirs as they are now, recorded.
         execute: brings one run to completion; True on success.
         jobs: runs at a time.
@@ -576,19 +575,20 @@ def run_rounds(
     """
     attempted = set()
     ok = True
-    while True:
-        plan = replan()
-        todo = [spec for spec in plan.pending if spec not in attempted]
-        if not todo:
-            return plan, ok and not plan.pending and not plan.waiting
-        attempted.update(todo)
-        log_progress(f"round: {len(todo)} runs ({len(plan.done)} done, {len(plan.waiting)} {waiting})")
-        ok = all(run_parallel(execute, todo, jobs)) and ok
+    with RunLock(root):
+        while True:
+            plan = replan()
+            todo = [spec for spec in plan.pending if spec not in attempted]
+            if not todo:
+                return plan, ok and not plan.pending and not plan.waiting
+            attempted.update(todo)
+            log_progress(f"round: {len(todo)} runs ({len(plan.done)} done, {len(plan.waiting)} {waiting})")
+            ok = all(run_parallel(execute, todo, jobs)) and ok
 
 
 def write_plan(root: Path, data: dict[str, Any]) -> None:
     """Record a round's options and choices in ``{root}/bench_plan.json``."""
-    root.mkdir(parents=True, exist_ok=True)
+    make_directory(root)
     write_json(root / PLAN_FILE, data)
 
 
@@ -806,7 +806,7 @@ def missing_run_lines(plan: RunPlan, evaluations: Callable[[Any], str], waiting:
 
 def write_results(root: Path, sections: Sequence[str]) -> Path:
     """Write the Markdown ``sections`` to ``{root}/results.md``; return its path."""
-    root.mkdir(parents=True, exist_ok=True)
+    make_directory(root)
     path = root / RESULTS_FILE
-    path.write_text("\n\n".join(sections) + "\n")
+    write_text(path, "\n\n".join(sections) + "\n")
     return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from keras_structured.run_directory import RunLock, RunLockedError
 from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
 bench = load_runner("bench_parsing")
@@ -694,6 +696,15 @@ def test_run_suite_times_the_sparsemap_and_crf_runs_side_by_side_once(tmp_path, 
     assert "| vi | last checkpoints | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
 
 
+def test_a_second_runner_on_the_same_suite_is_refused(tmp_path, monkeypatch):
+    fake = FakeParser()
+    monkeypatch.setattr(subprocess, "run", fake)
+    config = bench.SuiteConfig(languages=("vi",), losses=("sparsemap",), learning_rates=(0.002,), seeds=(0,))
+    with RunLock(tmp_path), pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
+        bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+    assert fake.calls == [] and not (tmp_path / "vi").exists()
+
+
 def test_timed_runs_without_checkpoints_are_timed_through_replicas(tmp_path, monkeypatch):
     fake = FakeParser()
     monkeypatch.setattr(subprocess, "run", fake)
@@ -701,6 +712,7 @@ def test_timed_runs_without_checkpoints_are_timed_through_replicas(tmp_path, mon
         languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
     )
     plan, _ = bench.run_rounds(
+        tmp_path,
         lambda: bench.plan_suite(config, bench.scan_statuses(tmp_path)),
         lambda spec: bench.execute(spec, config, Path("/ud"), tmp_path, {}),
         1,

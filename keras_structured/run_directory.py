@@ -1,0 +1,266 @@
+"""Run directories that a crash, a second process or a planted symlink cannot corrupt.
+
+Every command that writes a training run (the parser, the trace-norm parser, NLI, RL, the
+benchmark runners) writes it through this module, which guarantees:
+
+- **one writer**: :class:`RunLock` holds an exclusive lock on ``{logdir}/.lock`` for the life
+  of the writing process. A second writer is refused with a :class:`RunLockedError` naming
+  the holder's pid. The lock is an OS file lock (``flock``), released by the kernel when its
+  process dies, so a lock left by a killed process is stale by construction: the next writer
+  takes it over (and says so in :attr:`RunLock.previous_holder`);
+- **whole files**: a file is rewritten by writing a temporary file in the same directory and
+  renaming it over the old one (``os.replace``), never by truncating and writing in place:
+  a process killed at any moment leaves the old file or the new one (:func:`write_bytes`,
+  :func:`write_text`, :func:`write_json`, :func:`write_csv`, :func:`save_file`); logs that
+  only grow are appended to (:func:`open_for_appending`), never rewritten;
+- **no symlinks**: writing refuses a target that is a symlink, or that lies under a symlinked
+  folder inside the run directory, with an :class:`UnsafePathError`; the temporary files are
+  created with ``O_EXCL``, so a planted name cannot redirect them either.
+
+Example:
+    >>> import tempfile
+    >>> logdir = tempfile.mkdtemp()
+    >>> with RunLock(logdir):
+    ...     write_json(f"{logdir}/config.json", {"seed": 0})
+    ...     write_csv(f"{logdir}/progress.csv", ["epoch", "loss"], [[1, 0.5]])
+    >>> read_csv(f"{logdir}/progress.csv")
+    (['epoch', 'loss'], [['1', '0.5']])
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+    import msvcrt
+
+#: The lock file of a run directory.
+LOCK_FILE = ".lock"
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is writing the run directory (the message names its pid)."""
+
+
+class UnsafePathError(OSError):
+    """A write inside a run directory would follow a symlink."""
+
+
+def _refuse_symlinks(path: pathlib.Path) -> None:
+    """Raise :class:`UnsafePathError` when ``path`` or its parent folder is a symlink."""
+    for candidate in (path, path.parent):
+        if candidate.is_symlink():
+            raise UnsafePathError(
+                f"Refusing to write through a symlink in a run directory ({str(candidate)!r} points "
+                f"to {os.readlink(candidate)!r}): remove it, or choose another logdir. "
+                f"Received: path={str(path)!r}"
+            )
+
+
+def _temporary_path(path: pathlib.Path) -> pathlib.Path:
+    """A new, empty file beside ``path``, created with ``O_EXCL`` (its suffix is ``path``'s)."""
+    handle, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    os.close(handle)
+    return pathlib.Path(name)
+
+
+def save_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> None:
+    """Write a file whole: ``write(temporary)`` then rename the temporary file over ``path``.
+
+    For writers that need a file name (``model.save``, ``np.savez``): the temporary file
+    lies beside ``path`` and has its suffix.
+
+    Args:
+        path: the file to (re)write; neither it nor its folder may be a symlink.
+        write: called with the temporary path, writes the file's content there.
+
+    Raises:
+        UnsafePathError: ``path`` or its folder is a symlink.
+    """
+    path = pathlib.Path(path)
+    _refuse_symlinks(path)
+    temporary = _temporary_path(path)
+    try:
+        write(temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole (see :func:`save_file`)."""
+    save_file(path, lambda temporary: temporary.write_bytes(data))
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` whole (see :func:`save_file`)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, value: Any) -> None:
+    """Write ``value`` as indented JSON to ``path`` whole (see :func:`save_file`)."""
+    write_text(path, json.dumps(value, indent=1) + "\n")
+
+
+def write_csv(path: str | os.PathLike, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Write a CSV file (a header, then ``rows``) to ``path`` whole (see :func:`save_file`).
+
+    A log that grows by one row per epoch is rewritten whole each time: a crash leaves the
+    old rows or the new ones, never an empty or half-written file.
+    """
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(columns)
+    writer.writerows(rows)
+    write_text(path, buffer.getvalue())
+
+
+def read_csv(path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of a CSV file (``([], [])`` for an empty file)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    return (rows[0], rows[1:]) if rows else ([], [])
+
+
+def open_for_appending(path: str | os.PathLike) -> BinaryIO:
+    """Open ``path`` for appending bytes (created if missing), refusing a symlink.
+
+    For logs that only grow (a process's output): nothing written before is ever rewritten.
+
+    Raises:
+        UnsafePathError: ``path`` or its folder is a symlink.
+    """
+    path = pathlib.Path(path)
+    _refuse_symlinks(path)
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:  # a symlink planted since the check (O_NOFOLLOW: ELOOP)
+        _refuse_symlinks(path)
+        raise
+    return os.fdopen(handle, "ab")
+
+
+def make_directory(path: str | os.PathLike) -> pathlib.Path:
+    """Create the folder ``path`` (and its parents) unless it exists; refuse a symlink.
+
+    Raises:
+        UnsafePathError: ``path`` is a symlink.
+    """
+    path = pathlib.Path(path)
+    if path.is_symlink():
+        _refuse_symlinks(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class RunLock:
+    """An exclusive lock on a run directory for one writing process.
+
+    Use it as a context manager (or call :meth:`acquire` and :meth:`release`). The directory
+    is created if missing. The lock file records the holder's pid; the lock itself is the
+    kernel's, so it dies with its process.
+
+    Args:
+        logdir: the run directory.
+
+    Raises:
+        RunLockedError: another process (or another lock in this one) holds the directory.
+        UnsafePathError: the lock file is a symlink.
+
+    Attributes:
+        previous_holder: the pid recorded by a dead process whose lock was taken over, or None.
+    """
+
+    def __init__(self, logdir: str | os.PathLike):
+        self.logdir = pathlib.Path(logdir)
+        self.previous_holder: int | None = None
+        self._handle: int | None = None
+
+    @property
+    def path(self) -> pathlib.Path:
+        """The lock file."""
+        return self.logdir / LOCK_FILE
+
+    def acquire(self) -> RunLock:
+        """Take the lock (see the class docstring for the errors)."""
+        make_directory(self.logdir)
+        _refuse_symlinks(self.path)
+        handle = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            _lock(handle)
+        except OSError:
+            os.close(handle)
+            holder = _recorded_pid(self.path)
+            raise RunLockedError(
+                f"Another process (pid {holder}) is writing this run directory; wait for it to end "
+                f"or choose another logdir. Received: logdir={str(self.logdir)!r}"
+            ) from None
+        recorded = os.read(handle, 64).decode("ascii", "replace").strip()
+        self.previous_holder = int(recorded) if recorded.isdigit() else None
+        os.lseek(handle, 0, os.SEEK_SET)
+        os.ftruncate(handle, 0)
+        os.write(handle, f"{os.getpid()}\n".encode())
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        """Release the lock (the file stays, with no live holder)."""
+        if self._handle is not None:
+            os.ftruncate(self._handle, 0)
+            os.close(self._handle)  # closing releases the kernel's lock
+            self._handle = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._handle is not None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exception) -> None:
+        self.release()
+
+
+def _lock(handle: int) -> None:
+    """Lock the open file ``handle`` exclusively without waiting (OSError when held)."""
+    if fcntl is not None:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:  # pragma: no cover - Windows
+        msvcrt.locking(handle, msvcrt.LK_NBLCK, 1)
+
+
+def _recorded_pid(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+__all__ = [
+    "LOCK_FILE",
+    "RunLock",
+    "RunLockedError",
+    "UnsafePathError",
+    "make_directory",
+    "open_for_appending",
+    "read_csv",
+    "save_file",
+    "write_bytes",
+    "write_csv",
+    "write_json",
+    "write_text",
+]

@@ -1,0 +1,121 @@
+"""The run-directory guarantees: one writer, whole files, no symlinks (keras_structured.run_directory)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keras_structured import run_directory as rd
+
+HOLD_LOCK = """
+import sys, time
+from keras_structured.run_directory import RunLock
+lock = RunLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_second_lock_is_refused_with_the_holders_pid(tmp_path):
+    with rd.RunLock(tmp_path):
+        with pytest.raises(rd.RunLockedError, match=f"pid {os.getpid()}"):
+            rd.RunLock(tmp_path).acquire()
+    with rd.RunLock(tmp_path) as lock:  # released: free again
+        assert lock.held
+
+
+def test_lock_held_by_another_process_then_taken_over_after_its_death(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(rd.RunLockedError, match=f"pid {holder.pid}"):
+            rd.RunLock(tmp_path).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with rd.RunLock(tmp_path) as lock:  # the dead process's lock is stale
+        assert lock.previous_holder == holder.pid
+        assert (tmp_path / rd.LOCK_FILE).read_text().strip() == str(os.getpid())
+
+
+def test_lock_file_that_is_a_symlink_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("precious")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / rd.LOCK_FILE).symlink_to(target)
+    with pytest.raises(rd.UnsafePathError, match="symlink"):
+        rd.RunLock(tmp_path / "run").acquire()
+    assert target.read_text() == "precious"
+
+
+@pytest.mark.parametrize(
+    "write",
+    [lambda p: rd.write_text(p, "x"), lambda p: rd.write_json(p, {}), lambda p: rd.write_csv(p, ["a"], [])],
+)
+def test_writes_refuse_symlinks_and_leave_their_target_alone(tmp_path, write):
+    target = tmp_path / "target.txt"
+    target.write_text("precious")
+    planted = tmp_path / "eval_test.json"
+    planted.symlink_to(target)
+    with pytest.raises(rd.UnsafePathError, match="eval_test.json"):
+        write(planted)
+    assert target.read_text() == "precious"
+    folder = tmp_path / "linked"
+    folder.symlink_to(tmp_path / "real", target_is_directory=True)
+    (tmp_path / "real").mkdir()
+    with pytest.raises(rd.UnsafePathError, match="linked"):
+        write(folder / "file")
+    with pytest.raises(rd.UnsafePathError):
+        rd.make_directory(folder)
+
+
+def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "progress.csv"
+    rd.write_csv(path, ["epoch"], [[1], [2]])
+
+    def fail(temporary):
+        temporary.write_text("epoch\n")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rd.save_file(path, fail)
+    assert rd.read_csv(path) == (["epoch"], [["1"], ["2"]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]
+
+
+def test_a_process_killed_while_rewriting_leaves_the_old_or_the_new_file(tmp_path):
+    """A real kill in a loop of rewrites: the file is always whole."""
+    path = tmp_path / "progress.csv"
+    script = (
+        "import sys\nfrom keras_structured.run_directory import write_csv\n"
+        "rows = [[i, 'x' * 200] for i in range(2000)]\n"
+        "print('start', flush=True)\n"
+        "while True:\n    write_csv(sys.argv[1], ['epoch', 'text'], rows)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "start"
+    time.sleep(0.5)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    columns, rows = rd.read_csv(path)
+    assert columns == ["epoch", "text"] and len(rows) == 2000
+
+
+def test_appending_refuses_a_symlink_and_keeps_earlier_lines(tmp_path):
+    log = tmp_path / "bench_train.log"
+    with rd.open_for_appending(log) as handle:
+        handle.write(b"first\n")
+    with rd.open_for_appending(log) as handle:
+        handle.write(b"second\n")
+    assert log.read_text() == "first\nsecond\n"
+    target = tmp_path / "target"
+    target.write_text("precious")
+    (tmp_path / "planted.log").symlink_to(target)
+    with pytest.raises(rd.UnsafePathError, match="planted.log"):
+        rd.open_for_appending(tmp_path / "planted.log")
+    assert target.read_text() == "precious"
