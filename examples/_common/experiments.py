@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from collections.abc import Sequence
@@ -66,12 +65,12 @@ def holdout(
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
-    """Writes ``rows`` (dicts sharing the first row's keys) as CSV, creating the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    """Writes ``rows`` (dicts sharing the first row's keys) as CSV, whole, creating the folder."""
+    from keras_structured import run_directory
+
+    run_directory.make_directory(path.parent)
+    columns = list(rows[0])
+    run_directory.write_csv(path, columns, [[row.get(column, "") for column in columns] for row in rows])
 
 
 def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
