@@ -38,6 +38,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -46,6 +47,7 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 from scipy.sparse.linalg import aslinearoperator
 
+from keras_structured.divergence import DivergenceError
 from keras_structured.engine import DependencyTreeStructure, solve
 from keras_structured.engine.dependency_tree import best_trees
 from keras_structured.parsing import tracenorm as tn
@@ -409,7 +411,7 @@ def test_nan_objective_stops_and_keeps_the_last_good_checkpoint(small, tmp_path)
     trainer = tn.HazanTrainer(
         small[:5], tn.HazanConfig(C=1.0, steps=10, checkpoint_every=2), logdir=tmp_path, callback=poison
     )
-    with pytest.raises(FloatingPointError, match=r"not finite at step 5.*last good checkpoint, step 4"):
+    with pytest.raises(DivergenceError, match=r"not finite at step 5.*last good checkpoint, step 4"):
         trainer.train()
     model, step, history, _ = tn.load_checkpoint(tmp_path / tn.CHECKPOINT_NAME)
     assert step == 4 and len(history) == 4
@@ -457,23 +459,32 @@ def test_cli_help_answers_without_heavy_imports():
     assert "--time-limit" in result.stdout
 
 
-@pytest.fixture
-def tiny_treebank(tmp_path):
-    """The 30 sample sentences cut into train (20), dev (5) and test (5) files."""
+def write_tiny_treebank(folder: pathlib.Path) -> pathlib.Path:
+    """The 30 sample sentences cut into train (20), dev (5) and test (5) files in ``folder`` (created)."""
     blocks = [block for block in SAMPLE.read_text().split("\n\n") if block.strip()]
-    folder = tmp_path / "treebank"
     folder.mkdir()
     for split, part in (("train", blocks[:20]), ("dev", blocks[20:25]), ("test", blocks[25:])):
         (folder / f"en_tiny-ud-{split}.conllu").write_text("\n\n".join(part) + "\n\n")
     return folder
 
 
-def test_cli_train_evaluate_and_sweep_write_their_files(tiny_treebank, tmp_path, capsys):
+def cli_module() -> types.ModuleType:
+    """``examples/tracenorm_parser.py`` imported as the module ``tracenorm_parser``."""
     sys.path.insert(0, str(CLI.parent))
     try:
         import tracenorm_parser
     finally:
         sys.path.remove(str(CLI.parent))
+    return tracenorm_parser
+
+
+@pytest.fixture
+def tiny_treebank(tmp_path):
+    return write_tiny_treebank(tmp_path / "treebank")
+
+
+def test_cli_train_evaluate_and_sweep_write_their_files(tiny_treebank, tmp_path, capsys):
+    tracenorm_parser = cli_module()
     logdir = tmp_path / "run"
     common = ["--treebank", str(tiny_treebank), "--steps", "3", "--dim", "16", "--loss", "hinge"]
     with warnings.catch_warnings():
@@ -494,17 +505,8 @@ def test_cli_train_evaluate_and_sweep_write_their_files(tiny_treebank, tmp_path,
     assert '"split": "test"' in capsys.readouterr().out
 
 
-def _cli_module():
-    sys.path.insert(0, str(CLI.parent))
-    try:
-        import tracenorm_parser
-    finally:
-        sys.path.remove(str(CLI.parent))
-    return tracenorm_parser
-
-
 def test_cli_time_limit_stops_with_a_checkpoint_and_the_same_command_resumes(tiny_treebank, tmp_path, capsys):
-    cli = _cli_module()
+    cli = cli_module()
     logdir = tmp_path / "run"
     command = ["train", "--treebank", str(tiny_treebank), "--steps", "4", "--dim", "16", "--C", "2"]
     command += ["--checkpoint-every", "10", "--logdir", str(logdir), "--time-limit", "1e-9"]
@@ -522,7 +524,7 @@ def test_cli_time_limit_stops_with_a_checkpoint_and_the_same_command_resumes(tin
 
 
 def test_cli_frobenius_trains_and_evaluates_the_dense_baseline(tiny_treebank, tmp_path, capsys):
-    cli = _cli_module()
+    cli = cli_module()
     logdir = tmp_path / "frobenius"
     command = ["frobenius", "--treebank", str(tiny_treebank), "--steps", "3", "--dim", "8", "--mu", "1e-3"]
     with warnings.catch_warnings():

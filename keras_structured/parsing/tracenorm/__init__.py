@@ -57,6 +57,7 @@ from keras_structured.parsing.tracenorm.decoding import evaluate, parse
 from keras_structured.parsing.tracenorm.frobenius import FrobeniusConfig, train_frobenius
 from keras_structured.parsing.tracenorm.hazan import (
     PROGRESS_COLUMNS,
+    RESUMABLE_FIELDS,
     STEP_RULES,
     HazanConfig,
     HazanTrainer,
@@ -84,6 +85,7 @@ __all__ = [
     "DENSE_SVD_MAX_DIM",
     "LOSSES",
     "PROGRESS_COLUMNS",
+    "RESUMABLE_FIELDS",
     "STEP_RULES",
     "SVD_METHODS",
     "ArcBatch",

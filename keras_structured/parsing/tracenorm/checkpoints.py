@@ -1,7 +1,7 @@
 """Checkpoints of a :class:`~keras_structured.parsing.tracenorm.models.TraceNormModel` run.
 
 One ``.npz`` file holds the model's factors and ``eta``, the step, the per-step history and
-the run's settings; it is written atomically.
+the run's settings; it is written whole (:func:`keras_structured.run_directory.save_file`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pathlib
 import numpy as np
 
 from keras_structured.parsing.tracenorm.models import TraceNormModel
+from keras_structured.run_directory import save_file
 
 #: The file name of a trainer's checkpoint in its ``logdir``.
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -21,11 +22,11 @@ CHECKPOINT_NAME = "checkpoint.npz"
 def save_checkpoint(
     path: str | os.PathLike, model: TraceNormModel, step: int, history: list[dict], config: dict | None = None
 ) -> None:
-    """Write the model, the step, the history and the config to an ``.npz`` file, atomically.
+    """Write the model, the step, the history and the config to an ``.npz`` file, whole.
 
     Arrays ``weights, left, right, eta``; ``step``; ``history`` and ``config`` as JSON
-    strings. The file is written beside ``path`` and renamed over it, so a crash never
-    leaves a half-written checkpoint.
+    strings. The file is written to a new temporary file beside ``path`` and renamed over
+    it, so a crash never leaves a half-written checkpoint, and a symlink is never followed.
 
     Args:
         path: the file.
@@ -34,6 +35,9 @@ def save_checkpoint(
         history: the per-step records (JSON-serialisable dicts).
         config: the run's settings (JSON-serialisable), or None.
 
+    Raises:
+        keras_structured.run_directory.UnsafePathError: ``path`` or its folder is a symlink.
+
     Example:
         >>> import pathlib, tempfile
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "checkpoint.npz"
@@ -41,17 +45,18 @@ def save_checkpoint(
         >>> load_checkpoint(path)[1]
         0
     """
-    path = pathlib.Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        np.savez(
-            handle,
-            **model.state(),
-            step=np.int64(step),
-            history=np.array(json.dumps(history)),
-            config=np.array(json.dumps(config)),
-        )
-    os.replace(temporary, path)
+    arrays = {
+        **model.state(),
+        "step": np.int64(step),
+        "history": np.array(json.dumps(history)),
+        "config": np.array(json.dumps(config)),
+    }
+
+    def write(temporary: pathlib.Path) -> None:
+        with open(temporary, "wb") as handle:
+            np.savez(handle, **arrays)
+
+    save_file(path, write)
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[TraceNormModel, int, list[dict], dict | None]:

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_structured._validation import check_integer, check_number, check_one_of
+from keras_structured.divergence import DivergenceError
 from keras_structured.parsing.bilinear_features import SentenceFeatures
 from keras_structured.parsing.tracenorm.arc_batches import ArcBatch, _scores
-from keras_structured.parsing.tracenorm.models import BilinearModel
+from keras_structured.parsing.tracenorm.models import BilinearModel, _count_non_finite
 from keras_structured.parsing.tracenorm.objective import LOSSES, _gradient, _losses
 
 
@@ -75,7 +76,8 @@ def train_frobenius(
 
     Raises:
         ValueError: for no training sentence or bad settings.
-        FloatingPointError: if the objective becomes NaN or infinite.
+        DivergenceError: if the objective or the weights become NaN or infinite (the
+            message names the step).
 
     Example:
         >>> from keras_structured.parsing.bilinear_features import featurize
@@ -112,10 +114,7 @@ def train_frobenius(
             value = result.objective
             objective_value = value + penalty
         if not math.isfinite(objective_value):
-            raise FloatingPointError(
-                f"The objective is not finite at step {k + 1}: training stops. Lower the learning rate. "
-                f"Received: objective={objective_value}"
-            )
+            _diverged(f"The objective is not finite at step {k + 1}", f"objective={objective_value}")
         grad_matrix = (batch.phi.T @ result.residual @ batch.phi).toarray() + 2 * config.mu * model.matrix
         grads = [grad_matrix, result.grad_eta + 2 * config.mu * model.eta]
         for params, grad, m, v in zip((model.matrix, model.eta), grads, moments, squares, strict=True):
@@ -126,6 +125,14 @@ def train_frobenius(
             m_hat = m / (1 - config.beta1 ** (k + 1))
             v_hat = v / (1 - config.beta2 ** (k + 1))
             params -= config.learning_rate * m_hat / (np.sqrt(v_hat) + config.epsilon)
+        bad = _count_non_finite(model.matrix, model.eta)
+        if bad:
+            _diverged(f"The weights are not finite after step {k + 1}", f"non_finite_values={bad}")
         elapsed += time.perf_counter() - started
         history.append({"step": k + 1, "objective": objective_value, "loss": value, "time": elapsed})
     return model, history
+
+
+def _diverged(what: str, received: str) -> None:
+    """Raise a :class:`DivergenceError`: ``what`` happened (it names the step)."""
+    raise DivergenceError(f"{what}: training stops. Lower the learning rate. Received: {received}")

@@ -31,7 +31,6 @@ minimiser (stochastic Frank-Wolfe needs growing batches, Hazan & Luo 2016).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -42,13 +41,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from keras_structured._validation import check_integer, check_number, check_one_of
+from keras_structured.divergence import DivergenceError
 from keras_structured.parsing.bilinear_features import SentenceFeatures
 from keras_structured.parsing.tracenorm.arc_batches import ArcBatch, _scores
 from keras_structured.parsing.tracenorm.checkpoints import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from keras_structured.parsing.tracenorm.decoding import evaluate
 from keras_structured.parsing.tracenorm.linear_step import SVD_METHODS, Atom, linear_minimizer
-from keras_structured.parsing.tracenorm.models import TraceNormModel
+from keras_structured.parsing.tracenorm.models import TraceNormModel, _count_non_finite
 from keras_structured.parsing.tracenorm.objective import LOSSES, _gradient, _losses
+from keras_structured.run_directory import make_directory, write_csv
 
 STEP_RULES = ("standard", "line_search")
 #: The columns of ``progress.csv``, one row per step (see :class:`HazanTrainer`).
@@ -64,8 +65,9 @@ PROGRESS_COLUMNS = (
     "time",
     "dev_uas",
 )
-# Config fields that may change when a run resumes: they do not change the iterates.
-_RESUMABLE_FIELDS = ("steps", "eval_every", "checkpoint_every")
+#: The :class:`HazanConfig` fields that may change when a run resumes: they do not change the
+#: iterates (``steps`` only sets where the run ends).
+RESUMABLE_FIELDS = ("steps", "eval_every", "checkpoint_every")
 
 
 def _atom_scores(atom: Atom, C: float, batch: ArcBatch) -> list[np.ndarray]:
@@ -220,9 +222,13 @@ class HazanTrainer:
     and every ``checkpoint_every`` steps the state to ``checkpoint.npz``; a trainer
     created on a ``logdir`` that holds a checkpoint resumes from it (same iterates as an
     uninterrupted run: minibatches and ARPACK's start vector depend only on
-    ``(seed, step)``), and rewrites the CSV to the checkpoint's history. A non-finite
-    objective stops training with a :class:`FloatingPointError`; the last checkpoint,
-    written before, is left as it was.
+    ``(seed, step)``), and rewrites the CSV to the checkpoint's history. Both files are
+    rewritten whole (:mod:`keras_structured.run_directory`: a crash leaves the old file or
+    the new one, and a symlink in the ``logdir`` is refused, never followed); one trainer
+    at a time may write a ``logdir`` (hold a :class:`~keras_structured.run_directory.RunLock`
+    on it). A non-finite objective, or weights that become non-finite, stop training with
+    a :class:`~keras_structured.divergence.DivergenceError` naming the step; the last
+    checkpoint, written before, is left as it was.
 
     Args:
         train: the training sentences' :class:`SentenceFeatures` (one dimension ``d``).
@@ -235,7 +241,8 @@ class HazanTrainer:
 
     Raises:
         ValueError: for no training sentence, mixed dimensions, or a checkpoint written
-            with other settings.
+            with other settings (those of :data:`RESUMABLE_FIELDS` may change).
+        keras_structured.run_directory.UnsafePathError: a file of the ``logdir`` is a symlink.
 
     Example:
         >>> from keras_structured.parsing.bilinear_features import featurize
@@ -277,10 +284,10 @@ class HazanTrainer:
         self.checkpoint_step: int | None = None
         self.logdir = None if logdir is None else pathlib.Path(logdir)
         if self.logdir is not None:
-            self.logdir.mkdir(parents=True, exist_ok=True)
+            make_directory(self.logdir)
             if self.checkpoint_path.is_file():
                 self._resume()
-            self._write_csv(self.history, mode="w")
+            self._write_progress()
 
     @property
     def checkpoint_path(self) -> pathlib.Path:
@@ -300,7 +307,7 @@ class HazanTrainer:
             The model :attr:`model` (changed in place).
 
         Raises:
-            FloatingPointError: if the objective becomes NaN or infinite.
+            DivergenceError: if the objective or the weights become NaN or infinite.
         """
         target = self.config.steps if steps is None else check_integer("steps", steps, minimum=0)
         bar = _progress_bar(target, self.step_count) if progress else None
@@ -313,7 +320,7 @@ class HazanTrainer:
             ):
                 record["dev_uas"] = evaluate(self.model, self.dev)["uas"]
             self.history.append(record)
-            self._write_csv([record], mode="a")
+            self._write_progress()
             if self.logdir is not None and self.step_count % self.config.checkpoint_every == 0:
                 self.save()
             if bar is not None:
@@ -336,11 +343,11 @@ class HazanTrainer:
         batch = self._batch(k)
         scores = _scores(self.model, batch)
         if not all(np.isfinite(s).all() for s in scores):
-            self._stop_not_finite(float("nan"))
+            self._diverged(f"The objective is not finite at step {k + 1}", "objective=nan")
         losses, residuals = _losses(batch, scores, config.loss)
         result = _gradient(batch, scores, residuals, losses)
         if not math.isfinite(result.objective):
-            self._stop_not_finite(result.objective)
+            self._diverged(f"The objective is not finite at step {k + 1}", f"objective={result.objective}")
         atom = linear_minimizer(
             result.grad_A, result.grad_eta, config.C, config.lam, config.svd, config.svd_tol, config.seed
         )
@@ -351,6 +358,7 @@ class HazanTrainer:
             self.model.add_factor(gamma * config.C, atom.left, atom.right)
         self.model.eta += gamma * atom.eta
         self.step_count = k + 1
+        self._check_weights()
         if config.compress_every and self.step_count % config.compress_every == 0:
             self.model.compress()
         elapsed = time.perf_counter() - started
@@ -375,9 +383,8 @@ class HazanTrainer:
         return self.callback is None or self.callback(self, record) is not False
 
     def save(self) -> None:
-        """Write ``checkpoint.npz`` (refused for a model with non-finite values)."""
-        if not (np.isfinite(self.model.weights).all() and np.isfinite(self.model.eta).all()):
-            raise FloatingPointError("The model holds NaN or infinite values: the last checkpoint is kept.")
+        """Write ``checkpoint.npz`` (refused with a :class:`DivergenceError` for non-finite weights)."""
+        self._check_weights()
         save_checkpoint(
             self.checkpoint_path, self.model, self.step_count, self.history, _config_dict(self.config)
         )
@@ -416,7 +423,17 @@ class HazanTrainer:
             config.line_search_rtol,
         )
 
-    def _stop_not_finite(self, value: float) -> None:
+    def _check_weights(self) -> None:
+        """Raise a :class:`DivergenceError` when the iterate holds a NaN or infinite value."""
+        model = self.model
+        bad = _count_non_finite(model.weights, model.left, model.right, model.eta)
+        if bad:
+            self._diverged(
+                f"The weights are not finite after step {self.step_count}", f"non_finite_values={bad}"
+            )
+
+    def _diverged(self, what: str, received: str) -> None:
+        """Raise a :class:`DivergenceError`: ``what`` happened; the message says which checkpoint is kept."""
         if self.logdir is None:
             kept = "No checkpoint was written (no logdir)."
         elif self.checkpoint_step is None:
@@ -425,9 +442,9 @@ class HazanTrainer:
             kept = (
                 f"The last good checkpoint, step {self.checkpoint_step}, is kept at '{self.checkpoint_path}'."
             )
-        raise FloatingPointError(
-            f"The objective is not finite at step {self.step_count + 1}: training stops. {kept} "
-            f"Check the features and the model for NaN values, or lower C. Received: objective={value}"
+        raise DivergenceError(
+            f"{what}: training stops. {kept} Check the features and the model for NaN values, or lower C. "
+            f"Received: {received}"
         )
 
     def _resume(self) -> None:
@@ -436,7 +453,7 @@ class HazanTrainer:
         different = {
             name: (saved.get(name), value)
             for name, value in current.items()
-            if name not in _RESUMABLE_FIELDS and saved is not None and saved.get(name) != value
+            if name not in RESUMABLE_FIELDS and saved is not None and saved.get(name) != value
         }
         if different or model.dim != self.model.dim:
             different = different or {"dim": (model.dim, self.model.dim)}
@@ -446,15 +463,11 @@ class HazanTrainer:
             )
         self.model, self.step_count, self.history, self.checkpoint_step = model, step, history, step
 
-    def _write_csv(self, records: list[dict], mode: str) -> None:
-        if self.logdir is None:
-            return
-        path = self.logdir / "progress.csv"
-        with open(path, mode, newline="") as handle:
-            writer = csv.DictWriter(handle, PROGRESS_COLUMNS, extrasaction="ignore")
-            if mode == "w":
-                writer.writeheader()
-            writer.writerows(records)
+    def _write_progress(self) -> None:
+        """Rewrite ``progress.csv`` whole with :attr:`history` (nothing without a ``logdir``)."""
+        if self.logdir is not None:
+            rows = [[record.get(name, "") for name in PROGRESS_COLUMNS] for record in self.history]
+            write_csv(self.logdir / "progress.csv", PROGRESS_COLUMNS, rows)
 
 
 def _config_dict(config: HazanConfig) -> dict:
@@ -493,7 +506,7 @@ def train_tracenorm(
 
     Raises:
         ValueError: for bad settings or data (see :class:`HazanConfig`).
-        FloatingPointError: if the objective becomes NaN or infinite.
+        DivergenceError: if the objective or the weights become NaN or infinite.
 
     Example:
         >>> from keras_structured.parsing.bilinear_features import featurize

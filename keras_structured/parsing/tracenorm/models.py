@@ -260,3 +260,8 @@ def _check_dims(model: Model, sentences: Sequence[SentenceFeatures]) -> None:
             f"The sentences' features must have the model's dimension d={model.dim}. "
             f"Received: feature dimensions {sorted(dims)}"
         )
+
+
+def _count_non_finite(*arrays: np.ndarray) -> int:
+    """The number of NaN and infinite values in ``arrays``."""
+    return sum(int(array.size - np.count_nonzero(np.isfinite(array))) for array in arrays)
