@@ -10,6 +10,8 @@ Two kinds of checks, as in Keras and TFP:
   they are added only when the caller asks with ``validate_args=True``
   (:func:`assert_finite`), the convention of ``tfp.distributions``.
 
+Data files are read by :func:`read_utf8`, which names the line of a byte that is not UTF-8.
+
 This module imports no TensorFlow at import time: the numpy engine uses it too.
 
 Example:
@@ -25,12 +27,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import pathlib
 from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 
-__all__ = ["assert_finite", "check_bool", "check_integer", "check_number", "check_one_of"]
+__all__ = ["assert_finite", "check_bool", "check_integer", "check_number", "check_one_of", "read_utf8"]
 
 
 def _raise(name: str, requirement: str, value: Any) -> None:
@@ -205,3 +209,44 @@ def assert_finite(x, message: str, validate_args: bool):
     import tensorflow as tf  # only here: the numpy engine imports this module too
 
     return tf.debugging.assert_all_finite(x, message)
+
+
+def read_utf8(path: str | os.PathLike, where: str = "{path}:{line}") -> str:
+    """The text of a UTF-8 file, a leading byte-order mark dropped, or an error naming the bad line.
+
+    Args:
+        path: the file.
+        where: how the message names the place of an undecodable byte, a format string with
+            the fields ``path`` and ``line`` (the reader's own convention, e.g.
+            ``"{path}, line {line}"``).
+
+    Returns:
+        The decoded text, line ends as in the file.
+
+    Raises:
+        ValueError: for bytes that are not UTF-8, naming the line (counted from 1) and the
+            byte offset in the file.
+
+    Example:
+        >>> import tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "notes.txt"
+        >>> _ = path.write_bytes(b"\\xef\\xbb\\xbfcaf\\xc3\\xa9 au lait")  # a byte-order mark, then UTF-8
+        >>> read_utf8(path)
+        'café au lait'
+        >>> _ = path.write_bytes(b"ok\\ncaf\\xe9")  # Latin-1
+        >>> read_utf8(path, where="line {line}")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: line 2: the file is not valid UTF-8: byte 0xe9 at byte offset 6 ...
+    """
+    data = pathlib.Path(path).read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")  # not utf-8-sig: its offsets skip the mark
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        location = where.format(path=path, line=line)
+        raise ValueError(
+            f"{location}: the file is not valid UTF-8: byte 0x{data[error.start]:02x} at byte offset "
+            f"{error.start} ({error.reason}). Expected: a UTF-8 encoded text file (re-encode it as UTF-8). "
+            f"Received: path='{path}'"
+        ) from None

@@ -18,18 +18,21 @@ Tokenisation (:func:`tokenize`), a deterministic rule with no external tokeniser
    (``t-shirt``, ``go-kart``), plus the two clitics; every other character (commas, full
    stops, slashes, stray hyphens) separates tokens and is dropped.
 
-A sentence with no token left is an error, as is an unknown label or split: every error
-names the file and the line number.
+A sentence with no token left is an error, as are an unknown label or split and bytes
+that are not UTF-8: every error names the file and the line number.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import os
 import pathlib
 import re
 from collections.abc import Iterable
+
+from keras_structured._validation import read_utf8
 
 __all__ = ["DEFAULT_SICK", "LABELS", "SPLITS", "Pair", "read_sick", "tokenize"]
 
@@ -103,7 +106,8 @@ def read_sick(
     """Read and tokenise the pairs of ``sick.tsv``, by split.
 
     Args:
-        path: the ``.tsv`` file (header ``pair_id sentence_a sentence_b label split``).
+        path: the ``.tsv`` file (header ``pair_id sentence_a sentence_b label split``), UTF-8
+            encoded (a leading byte-order mark is allowed).
         splits: the splits to return (the others are read and checked too).
 
     Returns:
@@ -111,9 +115,10 @@ def read_sick(
 
     Raises:
         FileNotFoundError: if the file is missing.
-        ValueError: naming the file and line, for a wrong header, a row without five
-            fields, a ``pair_id`` that is not an integer, an unknown label or split, or a
-            sentence with no token after tokenisation; also for an unknown split asked for.
+        ValueError: naming the file and line, for bytes that are not UTF-8, a wrong header,
+            a row without five fields, a ``pair_id`` that is not an integer, an unknown label
+            or split, or a sentence with no token after tokenisation; also for an unknown split
+            asked for.
 
     Example:
         >>> import tempfile
@@ -134,7 +139,7 @@ def read_sick(
             f"(license CC BY-NC-SA 3.0). Received: path={str(path)!r}"
         )
     result: dict[str, list[Pair]] = {split: [] for split in splits}
-    with open(path, newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_utf8(path, where="{path}, line {line}"), newline="") as handle:
         rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(rows, None)
         if header is None or tuple(header) != COLUMNS:

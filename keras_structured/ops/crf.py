@@ -26,26 +26,25 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_structured.engine import matrix_tree
-from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.dtypes import compute_dtype, integer_lengths
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 from keras_structured.ops.xla import _in_xla_context
 
 
 def _checked_lengths(lengths, scores: tf.Tensor, size) -> tf.Tensor:
-    """``(batch,)`` int32 lengths (default ``size``), checked at run time to be in ``[0, size]``.
+    """``(batch,)`` int32 lengths (default ``size``) of an integer dtype, in ``[0, size]`` at run time.
 
     The range the SparseMAP structures' ``validate_lengths`` accept: 0 is an empty
     example. The check is an assertion, so it also runs in graph mode (XLA drops it).
     """
     if lengths is None:
         return tf.fill(tf.shape(scores)[:1], size)
-    lengths = tf.convert_to_tensor(lengths)
+    lengths = integer_lengths(lengths)
     if not lengths.shape.is_compatible_with(scores.shape[:1]):
         raise ValueError(
             f"lengths must have shape (batch,) for scores of shape {scores.shape}. "
             f"Received: lengths.shape={lengths.shape}"
         )
-    lengths = tf.cast(lengths, tf.int32)
     message = "lengths must be in [0, n], n the number of positions (words for trees)."
     checks = [
         tf.debugging.assert_non_negative(lengths, message=message),
@@ -132,7 +131,8 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
         ``(batch,)`` log-partition values (float32 for half-precision inputs).
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit.
+        ValueError: at trace time, for shapes that do not fit, or lengths of a
+            non-integer dtype.
         tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
 
     Example:
@@ -389,7 +389,8 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
         ``(batch,)`` log-partition values (float32 for half-precision inputs).
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit.
+        ValueError: at trace time, for shapes that do not fit, or lengths of a
+            non-integer dtype.
         tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
 
     Example:

@@ -35,8 +35,9 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         :meth:`~keras_structured.engine.Structure.code_shape`).
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit the structure, or a call
-            inside an XLA-compiled function (see :mod:`keras_structured.ops.xla`).
+        ValueError: at trace time, for shapes that do not fit the structure, lengths of
+            a non-integer dtype, or a call inside an XLA-compiled function (see
+            :mod:`keras_structured.ops.xla`).
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, bad
             lengths, or when ``-inf`` scores rule out every structure of an example
             (an :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_structured.engine.sequence import SequenceStructure
+from keras_structured.ops.dtypes import integer_lengths
 
 
 def pack_sequence_scores(unary, transitions) -> tf.Tensor:
@@ -62,7 +63,8 @@ def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
         The unary scores with the boundary scores added, shape and dtype of ``unary``.
 
     Raises:
-        ValueError: for start or end scores of a shape other than ``(K,)`` or ``(batch, K)``.
+        ValueError: for start or end scores of a shape other than ``(K,)`` or ``(batch, K)``,
+            or lengths of a dtype other than an integer one.
 
     Example:
         >>> add_boundary_scores(tf.zeros([1, 3, 2]), end=[1.0, 2.0], lengths=[2]).numpy()[0]
@@ -73,7 +75,7 @@ def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
     unary = tf.convert_to_tensor(unary)
     num_labels = unary.shape[-1]
     shape = tf.shape(unary)
-    last = shape[1] - 1 if lengths is None else tf.cast(lengths, tf.int32) - 1
+    last = shape[1] - 1 if lengths is None else integer_lengths(lengths) - 1
     for scores, position in ((start, 0), (end, last)):
         if scores is None:
             continue

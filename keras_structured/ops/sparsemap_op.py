@@ -26,7 +26,7 @@ import tensorflow as tf
 from keras_structured.engine import SequenceStructure, SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
 from keras_structured.engine.options import resolve_options
-from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.dtypes import compute_dtype, integer_lengths
 from keras_structured.ops.sequence_scores import add_boundary_scores
 from keras_structured.ops.xla import OP_FIX, refuse_xla
 
@@ -121,8 +121,9 @@ def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
 def prepare_scores(structure: Structure, eta_u: tf.Tensor, eta_v, lengths) -> list[tf.Tensor]:
     """Validate scores for a structure and return ``[scores_u, scores_v(, lengths)]``.
 
-    Shapes are checked at trace time (``ValueError``); values are checked at run time
-    by the engine, in the op's numpy function (see :class:`InvalidScoresError`);
+    Shapes and the lengths' integer dtype are checked at trace time (``ValueError``); values
+    are checked at run time by the engine, in the op's numpy function (see
+    :class:`InvalidScoresError`);
     scores are cast to the compute dtype (float32 for half precision), a missing
     ``eta_v`` becomes zeros of the structure's static higher-order shape.
     """
@@ -146,7 +147,7 @@ def prepare_scores(structure: Structure, eta_u: tf.Tensor, eta_v, lengths) -> li
         )
     inputs = [tf.cast(eta_u, dtype), tf.cast(eta_v, dtype)]
     if lengths is not None:
-        inputs.append(tf.cast(lengths, tf.int64))
+        inputs.append(integer_lengths(lengths, tf.int64))
     return inputs
 
 
@@ -197,10 +198,11 @@ def sparsemap(
         dict when ``return_info``.
 
     Raises:
-        ValueError: at trace time, for shapes that do not fit the structure, solver
-            settings that break the rules of ``SolverOptions``, a keyword that
-            disagrees with ``options``, or a call inside an XLA-compiled function
-            (the MAP oracle runs in Python, see :mod:`keras_structured.ops.xla`).
+        ValueError: at trace time, for shapes that do not fit the structure, lengths of
+            a non-integer dtype, solver settings that break the rules of
+            ``SolverOptions``, a keyword that disagrees with ``options``, or a call inside
+            an XLA-compiled function (the MAP oracle runs in Python, see
+            :mod:`keras_structured.ops.xla`).
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
             ``-inf`` scores (forbidden parts) rule out every structure (an
             :class:`InvalidScoresError`, also a ``ValueError``, in eager mode).

@@ -10,7 +10,9 @@ lines and preceded by ``#`` comments. Three kinds of ID occur:
 * ``8.1``: an empty node of the enhanced graph (elided predicates).
 
 A parser sees only the words: :func:`read_conllu` skips the other two kinds and keeps
-every tree as it is, non-projective ones included. The head vector of a sentence has
+every tree as it is, non-projective ones included, after checking that it is a tree
+(:func:`tree_problems`: every word reaches the root, with no cycle; with the single-root
+constraint, one word attached to the root). The head vector of a sentence has
 ``n + 1`` entries, the first one for the root (``-1``), the same convention as the
 dependency-tree structure of :mod:`keras_structured.engine.dependency_tree`.
 
@@ -22,6 +24,7 @@ with the file and line number instead of an exception somewhere inside ``conllu`
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import pathlib
 import re
@@ -31,7 +34,9 @@ from typing import TextIO
 
 import numpy as np
 
-__all__ = ["SPLITS", "TAG_COLUMNS", "Sentence", "read_conllu", "treebank_paths"]
+from keras_structured._validation import check_bool, read_utf8
+
+__all__ = ["SPLITS", "TAG_COLUMNS", "Sentence", "read_conllu", "tree_problems", "treebank_paths"]
 
 #: The three splits of a UD treebank, in the order of the file names' suffixes.
 SPLITS = ("train", "dev", "test")
@@ -183,10 +188,7 @@ class _CheckedLines:
         return self
 
     def __next__(self) -> str:
-        try:
-            number, line = next(self._lines)
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{self._path}: the file is not valid UTF-8 ({error}).") from error
+        number, line = next(self._lines)
         text = line.rstrip("\r\n")
         if not text.strip():
             self._current = None
@@ -240,7 +242,60 @@ def _check_line(text: str, where: str) -> list[str]:
     return columns
 
 
-def _sentence(tokens: Sequence, block: _Block, path: str) -> Sentence | None:
+def tree_problems(heads: np.ndarray, single_root: bool = False) -> list[str]:
+    """Why the head vector ``heads`` is not a dependency tree: an empty list for a tree.
+
+    With heads in ``0..n`` (one per word), the arcs form a tree rooted at position 0
+    exactly when following heads from every word reaches the root: no cycle (a word that
+    is its own head included), hence at least one word attached to the root.
+
+    Args:
+        heads: shape ``(n + 1,)``, ``heads[0] = -1`` and every other head in ``0..n``, as
+            in :attr:`Sentence.heads`.
+        single_root: also require exactly one word attached to the root.
+
+    Returns:
+        One sentence per problem found, naming the words (numbered ``1..n``).
+
+    Example:
+        >>> tree_problems(np.array([-1, 2, 0]))
+        []
+        >>> tree_problems(np.array([-1, 0, 3, 2]))
+        ['words 2 -> 3 -> 2 form a cycle']
+        >>> tree_problems(np.array([-1, 0, 0]), single_root=True)
+        ['2 words are attached to the root (words 1 and 2); the single-root constraint allows one']
+    """
+    problems = []
+    roots = (np.flatnonzero(heads[1:] == 0) + 1).tolist()
+    if not roots:
+        problems.append("no word is attached to the root (HEAD 0)")
+    # 0: not seen yet; 1: on the path being followed; 2: done (reaches the root, or a cycle reported).
+    state = np.zeros(len(heads), dtype=np.int8)
+    state[0] = 2
+    for start in range(1, len(heads)):
+        path, node = [], start
+        while state[node] == 0:
+            state[node] = 1
+            path.append(node)
+            node = int(heads[node])
+        if state[node] == 1:  # back on the current path: a cycle through node
+            cycle = path[path.index(node) :]
+            problems.append(
+                f"word {node} is its own head"
+                if len(cycle) == 1
+                else f"words {' -> '.join(map(str, [*cycle, node]))} form a cycle"
+            )
+        state[path] = 2
+    if single_root and len(roots) > 1:
+        listed = ", ".join(map(str, roots[:-1])) + f" and {roots[-1]}"
+        problems.append(
+            f"{len(roots)} words are attached to the root (words {listed}); the single-root constraint "
+            "allows one"
+        )
+    return problems
+
+
+def _sentence(tokens: Sequence, block: _Block, path: str, single_root: bool) -> Sentence | None:
     """The :class:`Sentence` of one parsed block, checked against its lines; None for comments only."""
     word_lines = [(number, columns) for number, columns in block.lines if _WORD_ID.fullmatch(columns[_ID])]
     if len(tokens) != len(block.lines):
@@ -276,6 +331,12 @@ def _sentence(tokens: Sequence, block: _Block, path: str) -> Sentence | None:
                 f"{n} words). Received: head={head}"
             )
         heads[position] = head
+    problems = tree_problems(heads, single_root)
+    if problems:
+        raise ValueError(
+            f"Malformed CoNLL-U sentence at {path}:{word_lines[0][0]}: the heads do not form a dependency "
+            f"tree: {'; '.join(problems)}. Received: heads={heads[1:].tolist()} (words 1..{n})"
+        )
     return Sentence(
         words=tuple(token["form"] for token in words),
         tags=tuple(token["upos"] for token in words),
@@ -286,24 +347,29 @@ def _sentence(tokens: Sequence, block: _Block, path: str) -> Sentence | None:
     )
 
 
-def read_conllu(path: str | os.PathLike) -> list[Sentence]:
+def read_conllu(path: str | os.PathLike, single_root: bool = False) -> list[Sentence]:
     """The sentences of a CoNLL-U file, with multiword tokens and empty nodes skipped.
 
     Every line is checked: ten tab-separated non-empty columns, an ID that is a word
     (``7``), a multiword range (``3-4``) or an empty node (``8.1``), and for words an
-    integer HEAD. Every sentence is checked too: word IDs ``1..n`` in order and heads in
-    ``0..n``. Trees are kept as they are: non-projective trees are not filtered, and no
-    check for cycles or a single root is made (UD guarantees both).
+    integer HEAD. Every sentence is checked too: word IDs ``1..n`` in order, heads in
+    ``0..n``, and a dependency tree (:func:`tree_problems`: no cycle, a word attached to
+    the root, and with ``single_root`` only one), as UD guarantees. Trees are kept as they
+    are: non-projective trees are not filtered.
 
     Args:
-        path: the file, UTF-8 encoded.
+        path: the file, UTF-8 encoded (a leading byte-order mark is allowed).
+        single_root: also require exactly one word attached to the root in every
+            sentence, as a parser trained or evaluated with that constraint needs.
 
     Returns:
-        The sentences in file order; blocks of comments without token lines are dropped.
+        The sentences in file order (at least one); blocks of comments without token lines
+        are dropped.
 
     Raises:
         FileNotFoundError: if ``path`` is not a file.
-        ValueError: on malformed input, naming the file and the line number.
+        ValueError: on malformed input (bytes that are not UTF-8 included), naming the file
+            and the line number; for a file with no sentence (empty, or comments only).
         ImportError: if the ``conllu`` package is not installed.
 
     Example:
@@ -324,25 +390,31 @@ def read_conllu(path: str | os.PathLike) -> list[Sentence]:
         from conllu.exceptions import ParseException
     except ImportError as error:  # an optional dependency: pip install conllu
         raise ImportError("read_conllu needs the conllu package: pip install conllu") from error
+    single_root = check_bool("single_root", single_root)
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"CoNLL-U file not found. Received: path='{path}'")
     sentences = []
-    with open(path, encoding="utf-8") as handle:
-        lines = _CheckedLines(handle, str(path))
-        parsed = iter(conllu.parse_incr(lines))
-        while True:
-            try:
-                tokens = next(parsed)
-            except StopIteration:
-                break
-            except ParseException as error:  # not expected after _check_line
-                block = lines.blocks[0] if lines.blocks else _Block()
-                number = block.lines[0][0] if block.lines else "?"
-                raise ValueError(f"Malformed CoNLL-U sentence at {path}:{number}: {error}") from error
-            sentence = _sentence(tokens, lines.blocks.popleft(), str(path))
-            if sentence is not None:
-                sentences.append(sentence)
+    # Universal newlines (newline=None), as open() would read the file.
+    lines = _CheckedLines(io.StringIO(read_utf8(path), newline=None), str(path))
+    parsed = iter(conllu.parse_incr(lines))
+    while True:
+        try:
+            tokens = next(parsed)
+        except StopIteration:
+            break
+        except ParseException as error:  # not expected after _check_line
+            block = lines.blocks[0] if lines.blocks else _Block()
+            number = block.lines[0][0] if block.lines else "?"
+            raise ValueError(f"Malformed CoNLL-U sentence at {path}:{number}: {error}") from error
+        sentence = _sentence(tokens, lines.blocks.popleft(), str(path), single_root)
+        if sentence is not None:
+            sentences.append(sentence)
+    if not sentences:
+        raise ValueError(
+            f"The CoNLL-U file {path} holds no sentence: it is empty or has only comments and blank "
+            f"lines. Received: path='{path}'"
+        )
     return sentences
 
 

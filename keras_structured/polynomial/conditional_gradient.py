@@ -29,12 +29,17 @@ features the ``Gamma_c`` are formed and ``gap_history`` is a certified upper bou
 at most 10 outputs, and is a relaxation (possibly loose) for ``l1/l2`` and for ``l1/linf`` with
 more outputs. With more features, eigenpairs come from Lanczos and the bounds are estimates.
 
-All steps are numpy/scipy; ``X`` may be ``scipy.sparse``.
+All steps are numpy/scipy; ``X`` may be ``scipy.sparse``. The matrices ``X^T diag(D) X``
+are squared along the way (norms of the rows ``g_h``, ``sum_c Gamma_c^2``), so their entries,
+bounded by ``max |D| sum_i ||x_i||^2``, must stay below :data:`MAX_GRAM_SCALE`: larger
+features are refused by :func:`check_features`, larger gradients at the iteration where they
+appear, with a message saying what to scale, instead of failing inside LAPACK.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple
@@ -54,6 +59,9 @@ to the progress still to be made (and its cost was most of the fit)."""
 FINAL_REFIT_FACTOR = 10
 """The refit after the last basis vector (``max_basis`` or ``max_iter`` reached) gives the returned
 ``V``: it runs up to this many times ``refit_iter`` steps, to a gap of ``0.1 tol F(0)``."""
+MAX_GRAM_SCALE = 1e150
+"""The largest ``max |D| sum_i ||x_i||^2`` trained on (a bound on the entries of ``X^T diag(D) X``):
+the trainer squares such entries, and float64 overflows above ``1.8e308``."""
 
 
 class ConvergenceWarning(UserWarning):
@@ -80,10 +88,19 @@ class TrainingResult(NamedTuple):
 
 
 def check_features(x: np.ndarray | sp.spmatrix, augment: bool) -> np.ndarray | sp.csr_matrix:
-    """Validates ``x`` (dense or ``scipy.sparse``, finite) and prepends a column of ones.
+    """Validates ``x`` (dense or ``scipy.sparse``, finite, not too large) and prepends a column of ones.
+
+    Args:
+        x: the features ``(n, d)``.
+        augment: prepend the constant feature 1.
 
     Returns:
         A float64 ``(n, d + augment)`` array, or a CSR matrix for sparse input.
+
+    Raises:
+        ValueError: for ``x`` that is not 2-D, has NaN or infinite entries, or has
+            ``sum_i ||x_i||^2`` above :data:`MAX_GRAM_SCALE` (features so large that
+            training would overflow float64: scale them).
 
     Example:
         >>> check_features(np.array([[2.0, 3.0]]), augment=True)
@@ -99,10 +116,27 @@ def check_features(x: np.ndarray | sp.spmatrix, augment: bool) -> np.ndarray | s
         raise ValueError(f"X must be 2-D (n_samples, n_features). Received: X.shape={x.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError("X must contain only finite values. Received: X with NaN or inf entries")
+    log_scale = _log10_gram_scale(values)
+    if log_scale > math.log10(MAX_GRAM_SCALE):
+        raise ValueError(
+            "X has entries too large for a polynomial network: sum_i ||x_i||^2 = "
+            f"1e{log_scale:.1f} exceeds {MAX_GRAM_SCALE:.0e}, and training squares such sums "
+            "(float64 overflows above 1.8e308). Scale the features, e.g. with "
+            "sklearn.preprocessing.StandardScaler or MaxAbsScaler. "
+            f"Received: max(abs(X))={float(np.max(np.abs(values))):.3e}"
+        )
     if not augment:
         return x
     ones = np.ones((x.shape[0], 1))
     return sp.hstack([sp.csr_matrix(ones), x], format="csr") if sp.issparse(x) else np.hstack([ones, x])
+
+
+def _log10_gram_scale(values: np.ndarray) -> float:
+    """``log10 sum x^2`` over the entries ``values`` of ``X``, without overflow (``-inf`` for zeros)."""
+    largest = float(np.max(np.abs(values), initial=0.0))
+    if largest == 0.0:
+        return -math.inf
+    return 2.0 * math.log10(largest) + math.log10(float(np.sum(np.square(values / largest))))
 
 
 def network_outputs(x: np.ndarray | sp.spmatrix, basis: np.ndarray, output_weights: np.ndarray) -> np.ndarray:
@@ -348,6 +382,11 @@ def conditional_gradient(
         A :class:`TrainingResult`. Warns :class:`ConvergenceWarning`, with the final gap,
         when ``max_iter`` steps did not reach the tolerance.
 
+    Raises:
+        ValueError: when the loss gradients ``D`` are not finite or ``max |D| sum_i ||x_i||^2``
+            exceeds :data:`MAX_GRAM_SCALE` (targets or features too large), before LAPACK
+            would fail on the overflowed matrices.
+
     Example:
         >>> from keras_structured.polynomial.losses import get_loss
         >>> from keras_structured.polynomial.penalties import get_penalty
@@ -368,8 +407,19 @@ def conditional_gradient(
     initial_value = loss.value(y, outputs)
     gaps, lower_gaps, objectives = [], [], [initial_value]
     certified = converged = False
+    log_gram_scale = _log10_gram_scale(x.data if sp.issparse(x) else x)
     for iteration in range(max_iter + 1):
         d = -loss.gradient(y, outputs)
+        largest_gradient = float(np.max(np.abs(d), initial=0.0))  # NaN if D has one
+        log_scale = math.log10(largest_gradient) + log_gram_scale if largest_gradient != 0.0 else -math.inf
+        if not log_scale <= math.log10(MAX_GRAM_SCALE):
+            raise ValueError(
+                f"Training would overflow float64 at iteration {iteration}: max |D| sum_i ||x_i||^2 = "
+                f"1e{log_scale:.1f} (D the loss gradients; it bounds the entries of X^T diag(D) X) exceeds "
+                f"{MAX_GRAM_SCALE:.0e}. Scale the targets y or the features X (e.g. with "
+                "sklearn.preprocessing.StandardScaler), or lower tau. "
+                f"Received: max(abs(D))={largest_gradient:.3e}"
+            )
         gammas = gamma_operators(x, d, dense_max_features=dense_max_features, rng=rng)
         inner = float(np.sum(d * outputs))
         # The upper bound only needs refining when it decides the stopping test gap <= tol F(0).

@@ -3,7 +3,11 @@
 Every constraint declares its input space (:attr:`Constraint.input_space`) and may hold
 tensor bounds (:func:`check_bound`): a number, or a tensor that is a scalar (one bound for
 the batch, which may change inside one compiled function) or of shape ``(batch,)`` (one
-bound per batch row, e.g. per state).
+bound per batch row, e.g. per state). Fixed arrays (centers, offsets, interior points) are
+checked by :func:`check_array`. Both checks are shared by every constraint and by the
+Gaussian projections: values known when the check runs must be finite, at once
+(``ValueError``); a bound computed inside a ``tf.function`` is checked when it runs
+(``tf.errors.InvalidArgumentError``), with the same message.
 """
 
 from __future__ import annotations
@@ -75,15 +79,41 @@ def static_bound(bound: Bound) -> np.ndarray | None:
     return np.asarray(bound, dtype=np.float64)
 
 
+def check_array(name: str, value) -> np.ndarray:
+    """``value`` as a float64 array, checked to be finite: a constraint's fixed center or offset.
+
+    Args:
+        name: the argument name, for the error message.
+        value: a number, nested sequence or array (an eager tensor too).
+
+    Returns:
+        The values as a float64 array of the same shape.
+
+    Raises:
+        ValueError: for a value that is not numeric, or has a NaN or infinite entry.
+
+    Example:
+        >>> check_array("center", [1, 2])
+        array([1., 2.])
+    """
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be a finite array. Received: {name}={value!r}")
+    return array
+
+
 def check_bound(name: str, value, positive: bool = False) -> Bound:
     """Validates a constraint bound and returns it in the form a constraint stores.
 
     A bound is a number, or a scalar or rank-1 array or tensor: one bound for the whole
-    batch, or one per batch row (shape ``(batch,)``, e.g. per state). Values known now
-    (numbers, arrays, eager tensors) must be finite, and ``> 0`` with ``positive``. A
-    symbolic tensor (a bound computed inside a ``tf.function``) is checked by its rank
-    only: at run time, a value outside the bound's range makes the anchor infeasible,
-    which :meth:`Constraint.check_anchor` reports.
+    batch, or one per batch row (shape ``(batch,)``, e.g. per state). Its values must be
+    finite, and ``> 0`` with ``positive``: values known now (numbers, arrays, eager
+    tensors) are checked at once; a symbolic tensor (a bound computed or read inside a
+    ``tf.function``) is returned behind a run-time assertion with the same message
+    (which XLA, like every TensorFlow assertion, drops under ``jit_compile=True``).
 
     Args:
         name: the argument name, for error messages.
@@ -92,11 +122,14 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
 
     Returns:
         A Python float for a number or a scalar array, a float64 array of shape
-        ``(batch,)`` for a rank-1 array, the tensor itself for a tensor.
+        ``(batch,)`` for a rank-1 array, the tensor itself for an eager tensor, and for a
+        symbolic one the tensor behind its run-time check.
 
     Raises:
         ValueError: for a non-numeric value, a rank above 1, or known values that are not
             finite (or, with ``positive``, not ``> 0``).
+        tf.errors.InvalidArgumentError: when a symbolic bound's values are not finite (or,
+            with ``positive``, not ``> 0``), at run time.
 
     Example:
         >>> check_bound("epsilon", 0.1, positive=True)
@@ -121,11 +154,23 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
     if rank is not None and rank > 1:
         raise ValueError(f"{name} must be a scalar or have shape (batch,). Received: {name}={value!r}")
     values = static_bound(stored)
-    if values is not None and not (np.all(np.isfinite(values)) and (not positive or np.all(values > 0))):
+    if values is None:
+        return _asserted_bound(stored, positive, f"{name} must be {requirement}. Received: {name}=")
+    if not (np.all(np.isfinite(values)) and (not positive or np.all(values > 0))):
         raise ValueError(f"{name} must be {requirement}. Received: {name}={value!r}")
     if isinstance(stored, np.ndarray) and stored.ndim == 0:
         return float(stored)
     return stored
+
+
+def _asserted_bound(bound: tf.Tensor, positive: bool, message: str) -> tf.Tensor:
+    """The symbolic ``bound`` behind an assertion that its values are finite (and ``> 0``)."""
+    values = tf.cast(bound, tf.float64)
+    valid = tf.math.is_finite(values)
+    if positive:
+        valid = valid & (values > 0)
+    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(valid), [message, values])]):
+        return tf.identity(bound)
 
 
 def bound_tensor(bound: Bound, terms: tf.Tensor) -> tf.Tensor:
@@ -420,7 +465,7 @@ class UserConstraint(Constraint):
         if not callable(h_fn):
             raise ValueError(f"h_fn must be callable. Received: h_fn={h_fn!r}")
         self.h_fn = h_fn
-        self.anchor_fn = anchor_fn if callable(anchor_fn) else np.asarray(anchor_fn, dtype=np.float64)
+        self.anchor_fn = anchor_fn if callable(anchor_fn) else check_array("anchor_fn", anchor_fn)
         self.needs_reference = bool(needs_reference)
 
     def h(self, x, reference=None):

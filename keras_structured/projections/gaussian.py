@@ -208,7 +208,9 @@ def project_gaussian_entropy(
     Raises:
         ValueError: if ``min_entropy`` is known and not finite, has a rank above 1, or
             is per state with ``average_over_batch``.
-        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
+        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries, or a
+            symbolic ``min_entropy`` (inside a ``tf.function``) does (see
+            :func:`~keras_structured.projections.constraints.check_bound`).
 
     Example:
         >>> m, s = project_gaussian_entropy(tf.zeros([1, 2], tf.float64), tf.fill([1, 2], 0.1), 2.0,
@@ -282,7 +284,7 @@ def project_gaussian_kl(
         old_scale_tril: old scales, same conventions as ``scale_tril``.
         epsilon_mean: bound on the mean part, a finite number > 0, or a scalar tensor, or
             a ``(batch,)`` array or tensor (one bound per state; not with
-            ``average_over_batch``). Symbolic tensors are not checked for positivity.
+            ``average_over_batch``). Symbolic tensors are checked when the function runs.
         epsilon_cov: bound on the covariance part, same conventions.
         average_over_batch: constrain the batch averages with a single ``eta`` per part.
         diagonal: whether the scales are standard deviations (``Sigma = diag(s^2)``; the
@@ -301,7 +303,9 @@ def project_gaussian_kl(
     Raises:
         ValueError: if an epsilon is known and not a finite number > 0, has a rank above
             1, or is per state with ``average_over_batch``.
-        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
+        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries, or a
+            symbolic epsilon (inside a ``tf.function``) is not a finite number > 0 (see
+            :func:`~keras_structured.projections.constraints.check_bound`).
 
     Example:
         >>> b, q = tf.zeros([1, 2], tf.float64), tf.ones([1, 2], tf.float64)

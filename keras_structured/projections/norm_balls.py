@@ -3,7 +3,9 @@
 The anchor is the center, where ``h = -radius``; since ``h`` is linear along rays from
 the center, the interpolation lands exactly on the sphere (radial projection), or at
 radius ``(1 - margin) radius`` with a margin. The radius may be a tensor: a scalar for the
-batch, or one radius per batch row.
+batch, or one radius per batch row. Every ball checks its center (finite:
+:func:`~keras_structured.projections.constraints.check_array`) and its radius (finite and
+``> 0``: :func:`~keras_structured.projections.constraints.check_bound`) the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import abc
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_structured.projections.constraints import (
@@ -20,6 +21,7 @@ from keras_structured.projections.constraints import (
     _as_config_array,
     bound_config,
     bound_tensor,
+    check_array,
     check_bound,
 )
 
@@ -33,7 +35,7 @@ class _NormBall(Constraint):
 
     def __init__(self, radius: Bound, center=None):
         self.radius = check_bound("radius", radius, positive=True)
-        self.center = None if center is None else np.asarray(center, dtype=np.float64)
+        self.center = None if center is None else check_array("center", center)
 
     def _offset(self, x):
         if self.center is None:

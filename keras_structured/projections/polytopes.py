@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_structured._validation import check_number
-from keras_structured.projections.constraints import Constraint, roundoff
+from keras_structured.projections.constraints import Constraint, check_array, roundoff
 
 
 def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0) -> tf.Tensor:
@@ -101,14 +101,14 @@ class Polytope(_AffineRows):
     """
 
     def __init__(self, A, b, interior_point):
-        self.A = np.asarray(A, dtype=np.float64)
-        self.b = np.asarray(b, dtype=np.float64)
+        self.A = check_array("A", A)
+        self.b = check_array("b", b)
         if self.A.ndim != 2 or self.b.shape != (self.A.shape[0],):
             raise ValueError(
                 "A must have shape (m, d) and b shape (m,). "
                 f"Received: A.shape={self.A.shape}, b.shape={self.b.shape}"
             )
-        self.interior_point = np.asarray(interior_point, dtype=np.float64)
+        self.interior_point = check_array("interior_point", interior_point)
         if self.interior_point.shape != (self.A.shape[1],):
             raise ValueError(
                 f"interior_point must have shape ({self.A.shape[1]},). "
@@ -153,13 +153,14 @@ class Halfspace(Polytope):
     """
 
     def __init__(self, a, b: float, interior_point=None):
-        a = np.asarray(a, dtype=np.float64)
+        a = check_array("a", a)
+        b = check_number("b", b)
         norm = float(np.linalg.norm(a)) if a.ndim == 1 else 0.0
         if a.ndim != 1 or norm == 0:
             raise ValueError(f"a must be a non-zero vector. Received: a={a.tolist()!r}")
         if interior_point is None:
-            interior_point = a * (float(b) - norm) / norm**2
-        super().__init__(a[None, :], [float(b)], interior_point)
+            interior_point = a * (b - norm) / norm**2
+        super().__init__(a[None, :], [b], interior_point)
 
     def get_config(self):
         return {
@@ -187,12 +188,8 @@ class Monotone(_AffineRows):
     """
 
     def __init__(self, spacing: float = 0.0, anchor_gap: float = 1.0):
-        if not np.isfinite(spacing):
-            raise ValueError(f"spacing must be finite. Received: spacing={spacing!r}")
-        if not np.isfinite(anchor_gap) or anchor_gap <= 0:
-            raise ValueError(f"anchor_gap must be a finite number > 0. Received: anchor_gap={anchor_gap!r}")
-        self.spacing = float(spacing)
-        self.anchor_gap = float(anchor_gap)
+        self.spacing = check_number("spacing", spacing)
+        self.anchor_gap = check_number("anchor_gap", anchor_gap, minimum=0.0, open_minimum=True)
 
     def _check_size(self, x):
         if x.shape[-1] is not None and x.shape[-1] < 2:
