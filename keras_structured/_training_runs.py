@@ -1,12 +1,16 @@
 """Training runs in a log directory, one ``model.fit`` epoch at a time.
 
 The contract shared by ``python -m keras_structured.parsing train`` and
-``python -m keras_structured.nli train``. A run lives in one directory (``logdir``):
+``python -m keras_structured.nli train``. A run lives in one directory (``logdir``), which
+one process writes at a time (:class:`~keras_structured.run_directory.RunLock`, held from
+opening the run to its end) and whose every file is written whole, never through a symlink
+(:mod:`keras_structured.run_directory`):
 
 - ``config.json``: the run's settings (a dataclass, as ``dataclasses.asdict`` writes it),
   and ``vocabulary.json``;
-- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, and the
-  same numbers as TensorBoard scalars (``events.out.tfevents.*``, step = epoch);
+- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, rewritten
+  whole after each epoch, and the same numbers as TensorBoard scalars
+  (``events.out.tfevents.*``, step = epoch);
 - ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
   (the loop state) after the last finished epoch, from which ``--resume`` continues. It is
   written as ``checkpoint.next/`` and swapped in by two renames, so a process killed at any
@@ -22,6 +26,12 @@ The rules:
   (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
   ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
   (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept;
+- a run whose first epoch never finished (``config.json`` but no checkpoint: that epoch failed
+  or was killed) is *incomplete*: ``--resume`` with its settings starts it again from epoch 1
+  (its ``config.json`` kept, its other files cleared), and a new run refuses the directory;
+- divergence is an error: a non-finite loss or non-finite weights stop :meth:`TrainingRun.fit`
+  with a :class:`~keras_structured.divergence.DivergenceError`, before anything of the epoch
+  is written, so ``best.keras`` and the checkpoint never hold a non-finite model;
 - the loop ends after ``epochs`` epochs, or once ``min_epochs`` have run and the last
   ``patience`` epochs brought no better score (:func:`finished`);
 - with a time limit, no new epoch starts after that many minutes: the run stops with a
@@ -31,27 +41,28 @@ The rules:
 
 A ``train`` function reads the data between opening the run and starting it:
 
-    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit)
-    data = ...
-    if run.resumed:
-        model, vocabulary = run.restore(Vocabulary)
-    else:
-        vocabulary = ...
-        run.write_settings(vocabulary)
-        model = ...
-        run.start()
-    for epoch in run.epochs():
-        history, seconds = run.fit(model, dataset, batches)
-        row = ...  # the epoch's progress.csv row
-        run.end_epoch(model, row, score)
-        run.save_checkpoint(model, seconds)
-    return run.finish({"trial_accuracy": run.state["best_accuracy"]}, {})
+    with TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit) as run:
+        data = ...
+        if run.resumed:
+            model, vocabulary = run.restore(Vocabulary)
+        else:
+            vocabulary = ...
+            run.write_settings(vocabulary)
+            model = ...
+            run.start()
+        for epoch in run.epochs():
+            history, seconds = run.fit(model, dataset, batches)
+            row = ...  # the epoch's progress.csv row
+            run.end_epoch(model, row, score)
+            run.save_checkpoint(model, seconds)
+        return run.finish({"trial_accuracy": run.state["best_accuracy"]}, {})
+
+Leaving the ``with`` block, normally or by an error, releases the directory's lock.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import pathlib
@@ -63,29 +74,64 @@ from typing import TYPE_CHECKING, Any
 import keras
 import numpy as np
 
-from keras_structured._tensorboard import ScalarWriter
+from keras_structured._tensorboard import EVENTS_PATTERN, ScalarWriter
+from keras_structured._validation import check_integer, check_number
+from keras_structured.divergence import DivergenceError, RaiseOnNonFiniteLoss, check_finite_weights
+from keras_structured.run_directory import (
+    RunLock,
+    make_directory,
+    read_csv,
+    save_file,
+    write_csv,
+    write_json,
+)
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 #: Files that make a directory hold a run.
 RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
+#: Files of an incomplete run (no finished epoch) that ``--resume`` clears to start it again.
+INCOMPLETE_RUN_FILES = ("progress.csv", "best.keras", "final.json")
 #: Settings a resumed run may increase: they extend its training budget.
 BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
 #: The folders of a checkpoint being written and of the one it replaces (:func:`recover_checkpoint`).
 NEXT_CHECKPOINT, PREVIOUS_CHECKPOINT = "checkpoint.next", "checkpoint.previous"
 
 
-def write_json(path: pathlib.Path, value: Any) -> None:
-    """Write ``value`` as indented JSON, through a temporary file (never half a file).
+def check_run_settings(config: Any) -> None:
+    """Check the settings every run has, as the dataclass of its settings is built.
+
+    Args:
+        config: the settings: ``seed`` (>= 0), ``epochs``, ``patience``, ``min_epochs`` and
+            ``batch_size`` (>= 1), ``learning_rate`` (finite, > 0) and ``learning_rate_decay``
+            (in (0, 1]).
+
+    Raises:
+        ValueError: a setting that cannot work, named with its value.
+    """
+    check_integer("seed", config.seed, minimum=0)
+    for name in ("epochs", "patience", "min_epochs", "batch_size"):
+        check_integer(name, getattr(config, name), minimum=1)
+    check_number("learning_rate", config.learning_rate, minimum=0, open_minimum=True)
+    check_number("learning_rate_decay", config.learning_rate_decay, minimum=0, maximum=1, open_minimum=True)
+
+
+def save_output(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
+    """Write a command's output file whole, its folder created (see
+    :func:`~keras_structured.run_directory.save_file`: never through a symlink).
 
     Args:
         path: the file.
-        value: a JSON-able value.
+        write: called with a temporary path beside ``path``, with its suffix.
+
+    Returns:
+        ``path``, a ``pathlib.Path``.
     """
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(value, indent=1) + "\n")
-    temporary.replace(path)
+    path = pathlib.Path(path)
+    make_directory(path.parent)
+    save_file(path, write)
+    return path
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -152,12 +198,51 @@ def recover_checkpoint(logdir: pathlib.Path) -> None:
             shutil.rmtree(leftover)
 
 
+def _missing_checkpoint(logdir: pathlib.Path) -> FileNotFoundError:
+    return FileNotFoundError(f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}")
+
+
+def _check_resumed_settings(logdir: pathlib.Path, config: Any) -> None:
+    """Refuse settings other than the stored ones, except a larger budget, which extends the
+    run (``config.json`` rewritten, ``final.json`` removed)."""
+    stored = _read_config(logdir, type(config))
+    differences = {
+        field.name: (getattr(stored, field.name), getattr(config, field.name))
+        for field in dataclasses.fields(config)
+        if getattr(stored, field.name) != getattr(config, field.name)
+    }
+    refused = {
+        name: values
+        for name, values in differences.items()
+        if name not in BUDGET_FIELDS or values[1] < values[0]
+    }
+    if refused:
+        raise ValueError(
+            "--resume continues a run with its own settings (only a larger epochs, patience or "
+            f"min_epochs extends it); these differ (stored, given): {refused}. "
+            f"Received: logdir={str(logdir)!r}"
+        )
+    if differences:
+        write_json(logdir / "config.json", dataclasses.asdict(config))
+        (logdir / "final.json").unlink(missing_ok=True)
+
+
+def _clear_incomplete_run(logdir: pathlib.Path) -> None:
+    """Delete the files of a run that finished no epoch, except its settings."""
+    for name in INCOMPLETE_RUN_FILES:
+        (logdir / name).unlink(missing_ok=True)
+    for events in logdir.glob(EVENTS_PATTERN):
+        events.unlink()
+
+
 def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None:
     """The loop state to resume from (None: a fresh start), after refusing to mix runs.
 
     A resumed run keeps its settings, except that a larger training budget
     (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is updated and
-    ``final.json`` removed until the extended run ends.
+    ``final.json`` removed until the extended run ends. An incomplete run (``config.json``
+    but no checkpoint: its first epoch failed or was killed) resumed with its settings starts
+    again from epoch 1: its files other than ``config.json`` are cleared and None returned.
 
     Args:
         logdir: the run directory.
@@ -165,43 +250,34 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
         resume: continue the run in ``logdir``.
 
     Returns:
-        The loop state of ``checkpoint/state.json`` when resuming, else None.
+        The loop state of ``checkpoint/state.json`` when resuming a run with a checkpoint,
+        else None.
 
     Raises:
-        FileNotFoundError: ``resume`` without a checkpoint.
+        FileNotFoundError: ``resume`` without a run.
         ValueError: ``resume`` with other settings (named, stored and given), or a smaller
             budget.
-        FileExistsError: a new run in a directory that holds one.
+        FileExistsError: a new run in a directory that holds one, complete or not.
     """
     recover_checkpoint(logdir)
     state_path = logdir / "checkpoint" / "state.json"
+    incomplete = not state_path.exists() and (logdir / "config.json").exists()
     if resume:
-        if not state_path.exists():
-            raise FileNotFoundError(
-                f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}"
-            )
-        stored = _read_config(logdir, type(config))
-        differences = {
-            field.name: (getattr(stored, field.name), getattr(config, field.name))
-            for field in dataclasses.fields(config)
-            if getattr(stored, field.name) != getattr(config, field.name)
-        }
-        refused = {
-            name: values
-            for name, values in differences.items()
-            if name not in BUDGET_FIELDS or values[1] < values[0]
-        }
-        if refused:
-            raise ValueError(
-                "--resume continues a run with its own settings (only a larger epochs, patience or "
-                f"min_epochs extends it); these differ (stored, given): {refused}. "
-                f"Received: logdir={str(logdir)!r}"
-            )
-        if differences:
-            write_json(logdir / "config.json", dataclasses.asdict(config))
-            (logdir / "final.json").unlink(missing_ok=True)
+        if not (state_path.exists() or incomplete):
+            raise _missing_checkpoint(logdir)
+        _check_resumed_settings(logdir, config)
+        if incomplete:
+            _clear_incomplete_run(logdir)
+            return None
         return json.loads(state_path.read_text())
     held = [name for name in RUN_FILES if (logdir / name).exists()]
+    if incomplete:
+        raise FileExistsError(
+            f"The logdir holds an incomplete run ({', '.join(held)}; no finished epoch: its first "
+            "epoch failed or was stopped). Run the same train command with --resume to start it "
+            "again from epoch 1 with its settings, or delete the logdir, or choose another one. "
+            f"Received: logdir={str(logdir)!r}"
+        )
     if held:
         raise FileExistsError(
             f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
@@ -237,9 +313,12 @@ class _ProgressBar(keras.callbacks.Callback):
 class TrainingRun:
     """One training run in its log directory: the files, the loop state, when to stop.
 
-    Opening a run checks the directory (:func:`check_logdir`) and starts the clock of the
-    time limit; the caller then starts or restores it, runs :meth:`epochs` and calls
-    :meth:`finish` (see the module docstring).
+    Opening a run locks the directory (a second writer gets a
+    :class:`~keras_structured.run_directory.RunLockedError` naming this process), checks it
+    (:func:`check_logdir`) and starts the clock of the time limit; the caller then starts or
+    restores it, runs :meth:`epochs` and calls :meth:`finish` (see the module docstring).
+    :meth:`finish` and :meth:`close` release the lock; use the run as a context manager so
+    that an error releases it too.
 
     Args:
         config: the run's settings, a dataclass with ``seed``, ``epochs``, ``patience`` and
@@ -253,6 +332,7 @@ class TrainingRun:
         time_limit: minutes after which no new epoch starts (None: no limit).
 
     Raises:
+        RunLockedError: another process writes the directory.
         FileNotFoundError, ValueError, FileExistsError: runs that would mix, as for
             :func:`check_logdir`.
 
@@ -277,21 +357,41 @@ class TrainingRun:
         self._opened = time.perf_counter()
         self.config = config
         self.logdir = pathlib.Path(logdir)
-        self.state = check_logdir(self.logdir, config, resume)
+        if resume and not self.logdir.is_dir():  # refused without creating it
+            raise _missing_checkpoint(self.logdir)
+        self._lock = RunLock(self.logdir).acquire()
+        self._scalars: ScalarWriter | None = None
+        try:
+            self.state = check_logdir(self.logdir, config, resume)
+        except BaseException:
+            self.close()
+            raise
         self.resumed = self.state is not None
         self._columns = tuple(progress_columns)
+        self._rows: list[list] = []
         self._best = f"best_{score}"
         self._quiet = quiet
         self._time_limit = time_limit
-        self._scalars: ScalarWriter | None = None
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the TensorBoard events and release the directory's lock (again: nothing)."""
+        if self._scalars is not None:
+            self._scalars.close()
+            self._scalars = None
+        self._lock.release()
 
     def write_settings(self, vocabulary: Any) -> None:
-        """A new run's ``config.json`` and ``vocabulary.json`` (the directory is created).
+        """A new run's ``config.json`` and ``vocabulary.json``.
 
         Args:
             vocabulary: an object with ``get_config()``.
         """
-        self.logdir.mkdir(parents=True, exist_ok=True)
         write_json(self.logdir / "config.json", dataclasses.asdict(self.config))
         write_json(self.logdir / "vocabulary.json", vocabulary.get_config())
 
@@ -309,15 +409,14 @@ class TrainingRun:
             "train_seconds": 0.0,
             **state,
         }
-        with open(self.logdir / "progress.csv", "w", newline="") as handle:
-            csv.writer(handle).writerow(self._columns)
+        write_csv(self.logdir / "progress.csv", self._columns, [])
         self._scalars = ScalarWriter(self.logdir)
 
     def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
         """The checkpointed model and the vocabulary of a resumed run.
 
-        Rows of ``progress.csv`` for epochs after the checkpoint are dropped, and the
-        TensorBoard events are rewritten from the rows kept.
+        Rows of ``progress.csv`` for epochs after the checkpoint are dropped (the file is
+        rewritten whole), and the TensorBoard events are rewritten from the rows kept.
 
         Args:
             vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
@@ -327,13 +426,12 @@ class TrainingRun:
         """
         vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
         model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
-        with open(self.logdir / "progress.csv", newline="") as handle:
-            rows = list(csv.reader(handle))
-        kept = [row for row in rows[1:] if int(row[0]) <= self.state["epoch"]]
-        with open(self.logdir / "progress.csv", "w", newline="") as handle:
-            csv.writer(handle).writerows([rows[0]] + kept)
+        _, rows = read_csv(self.logdir / "progress.csv")
+        self._rows = [row for row in rows if int(row[0]) <= self.state["epoch"]]
+        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
         self._scalars = ScalarWriter(
-            self.logdir, rewrite=[(int(row[0]), dict(zip(rows[0][1:], row[1:], strict=True))) for row in kept]
+            self.logdir,
+            rewrite=[(int(row[0]), dict(zip(self._columns[1:], row[1:], strict=True))) for row in self._rows],
         )
         return model, vocabulary
 
@@ -361,19 +459,33 @@ class TrainingRun:
 
         Returns:
             ``(history, seconds)``: ``model.fit``'s history and the seconds it took.
+
+        Raises:
+            DivergenceError: a batch's loss or the weights after the epoch are not finite,
+                or ``model.fit`` failed on non-finite weights (inside an op that refuses
+                non-finite inputs, say).
         """
         epoch = self.state["epoch"]
-        callbacks = [] if self._quiet else [_ProgressBar(epoch, self.config.epochs, batches)]
+        callbacks = [RaiseOnNonFiniteLoss(epoch)]
+        if not self._quiet:
+            callbacks.append(_ProgressBar(epoch, self.config.epochs, batches))
         start = time.perf_counter()
-        history = model.fit(
-            dataset,
-            epochs=epoch + 1,
-            initial_epoch=epoch,
-            verbose=0,
-            callbacks=callbacks,
-            shuffle=False,
-            **fit_arguments,
-        )
+        try:
+            history = model.fit(
+                dataset,
+                epochs=epoch + 1,
+                initial_epoch=epoch,
+                verbose=0,
+                callbacks=callbacks,
+                shuffle=False,
+                **fit_arguments,
+            )
+        except DivergenceError:
+            raise
+        except Exception:  # an op that refuses non-finite inputs, say: name the cause if it is that
+            check_finite_weights(model, f"in epoch {epoch + 1}")
+            raise
+        check_finite_weights(model, f"after epoch {epoch + 1}")
         return history, time.perf_counter() - start
 
     def end_epoch(self, model: keras.Model, row: dict, score: float, **best) -> bool:
@@ -389,16 +501,15 @@ class TrainingRun:
             Whether the score is the best so far (``best.keras`` is then rewritten);
             otherwise the epoch counts towards ``patience``.
         """
-        with open(self.logdir / "progress.csv", "a", newline="") as handle:
-            csv.writer(handle).writerow([row[column] for column in self._columns])
+        self._rows.append([row[column] for column in self._columns])
+        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
         self._scalars.write(int(row[self._columns[0]]), {c: row[c] for c in self._columns[1:]})
         improved = score > self.state[self._best]
         if improved:
             self.state.update(
                 {self._best: score, **best, "best_epoch": self.state["epoch"] + 1, "bad_epochs": 0}
             )
-            model.save(self.logdir / "best.next.keras")  # then renamed: never half a file
-            (self.logdir / "best.next.keras").replace(self.logdir / "best.keras")
+            save_file(self.logdir / "best.keras", model.save)
         else:
             self.state["bad_epochs"] += 1
         return improved
@@ -414,7 +525,7 @@ class TrainingRun:
         self.state["train_seconds"] += seconds
         checkpoint, written = self.logdir / "checkpoint", self.logdir / NEXT_CHECKPOINT
         written.mkdir()  # opening the run (check_logdir) removed any leftover
-        model.save(written / "model.keras")
+        save_file(written / "model.keras", model.save)
         write_json(written / "state.json", self.state)
         previous = self.logdir / PREVIOUS_CHECKPOINT
         if checkpoint.exists():
@@ -423,7 +534,7 @@ class TrainingRun:
         shutil.rmtree(previous, ignore_errors=True)
 
     def finish(self, scores: dict, details: dict) -> dict:
-        """The run's summary, written to ``final.json`` when the run is over.
+        """The run's summary, written to ``final.json`` when the run is over; then :meth:`close`.
 
         Args:
             scores: the best scores, by summary key.
@@ -446,8 +557,7 @@ class TrainingRun:
         }
         if done:
             write_json(self.logdir / "final.json", summary)
-        if self._scalars is not None:
-            self._scalars.close()
+        self.close()
         return summary
 
 

@@ -6,9 +6,44 @@ from __future__ import annotations
 import csv
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+
+import numpy as np
+
+#: 30 sentences of the English Web Treebank (UD 2), lengths 9 to 51 words.
+SAMPLE_CONLLU = pathlib.Path(__file__).parent / "data" / "en_ewt_sample.conllu"
+
+
+def sample_treebank(folder: pathlib.Path) -> pathlib.Path:
+    """A treebank folder (created) whose three splits are the 30-sentence sample."""
+    folder.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        shutil.copy(SAMPLE_CONLLU, folder / f"en_sample-ud-{split}.conllu")
+    return folder
+
+
+def write_pairs(path: pathlib.Path, counts=(("train", 24), ("trial", 10), ("test", 10)), seed: int = 0):
+    """A SICK-like file of short pairs whose labels follow from the words (so a model can learn)."""
+    rng = np.random.default_rng(seed)
+    subjects, verbs, places = ("man", "woman", "dog", "boy"), ("plays", "runs", "sleeps"), ("park", "house")
+    rows, pair_id = [], 1
+    for split, count in counts:
+        for k in range(count):
+            subject, verb, place = rng.choice(subjects), rng.choice(verbs), rng.choice(places)
+            premise = f"A {subject} {verb} in the {place}"
+            label = ("entailment", "contradiction", "neutral")[k % 3]
+            hypothesis = {
+                "entailment": f"A {subject} {verb} in a {place}",
+                "contradiction": f"No {subject} {verb} in the {place}",
+                "neutral": f"A {subject} {verb} happily in a big {place}",
+            }[label]
+            rows.append(f"{pair_id}\t{premise}\t{hypothesis}\t{label}\t{split}")
+            pair_id += 1
+    path.write_text("pair_id\tsentence_a\tsentence_b\tlabel\tsplit\n" + "\n".join(rows) + "\n")
+    return path
 
 
 def read_progress(logdir: pathlib.Path) -> list[dict]:

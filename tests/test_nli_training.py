@@ -15,31 +15,10 @@ import pytest
 from keras_structured.nli.__main__ import main
 from keras_structured.nli.figures import plot_alignments
 from keras_structured.nli.training import NLIConfig
-from tests.cli_runs import read_progress, scalar_events, train_in_parts
+from tests.cli_runs import read_progress, scalar_events, train_in_parts, write_pairs
 
 SIZES = ["--embedding-dim", "8", "--units", "6"]
 pytestmark = pytest.mark.filterwarnings("ignore::keras_structured.engine.SparseMAPConvergenceWarning")
-
-
-def write_pairs(path: pathlib.Path, counts=(("train", 24), ("trial", 10), ("test", 10)), seed: int = 0):
-    """A SICK-like file of short pairs whose labels follow from the words (so a model can learn)."""
-    rng = np.random.default_rng(seed)
-    subjects, verbs, places = ("man", "woman", "dog", "boy"), ("plays", "runs", "sleeps"), ("park", "house")
-    rows, pair_id = [], 1
-    for split, count in counts:
-        for k in range(count):
-            subject, verb, place = rng.choice(subjects), rng.choice(verbs), rng.choice(places)
-            premise = f"A {subject} {verb} in the {place}"
-            label = ("entailment", "contradiction", "neutral")[k % 3]
-            hypothesis = {
-                "entailment": f"A {subject} {verb} in a {place}",
-                "contradiction": f"No {subject} {verb} in the {place}",
-                "neutral": f"A {subject} {verb} happily in a big {place}",
-            }[label]
-            rows.append(f"{pair_id}\t{premise}\t{hypothesis}\t{label}\t{split}")
-            pair_id += 1
-    path.write_text("pair_id\tsentence_a\tsentence_b\tlabel\tsplit\n" + "\n".join(rows) + "\n")
-    return path
 
 
 def _train_args(data, logdir, *extra):

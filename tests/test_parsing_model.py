@@ -3,8 +3,6 @@ training runs that resume exactly, from the command line."""
 
 import functools
 import json
-import pathlib
-import shutil
 
 import keras
 import numpy as np
@@ -18,10 +16,10 @@ from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import ArcScorer, build_parser, make_loss
 from keras_structured.parsing.training import decode, predict_scores, sparse_trees
 from keras_structured.parsing.vocabulary import Vocabulary
-from tests.cli_runs import main_in_new_process, read_progress, train_in_parts
+from tests.cli_runs import SAMPLE_CONLLU as SAMPLE
+from tests.cli_runs import main_in_new_process, read_progress, sample_treebank, train_in_parts
 from tests.layer_checks import check_layer
 
-SAMPLE = pathlib.Path(__file__).parent / "data" / "en_ewt_sample.conllu"
 SMALL = {"word_dim": 24, "tag_dim": 8, "lstm_units": 24, "lstm_layers": 1, "mlp_units": 24}
 
 
@@ -109,15 +107,6 @@ def test_the_perceptron_loss_reaches_its_degenerate_minimum():
     assert uas < 100.0
 
 
-def _treebank(tmp_path) -> pathlib.Path:
-    """A treebank folder whose three splits are the 30-sentence sample."""
-    folder = tmp_path / "en_sample"
-    folder.mkdir()
-    for split in ("train", "dev", "test"):
-        shutil.copy(SAMPLE, folder / f"en_sample-ud-{split}.conllu")
-    return folder
-
-
 def _arguments(treebank, logdir, *extra):
     options = "--loss sparsemap --epochs 3 --batch-size 8 --learning-rate 5e-3 --quiet".split()
     sizes = "--word-dim 24 --tag-dim 8 --lstm-units 24 --lstm-layers 1 --mlp-units 24".split()
@@ -136,7 +125,7 @@ def _assert_test_evaluation(logdir, capsys):
 
 @pytest.mark.slow  # ~45 s; the default suite resumes a run in a new process (below)
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism):
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     main(_arguments(treebank, tmp_path / "whole"))
     train_in_parts(main, functools.partial(_arguments, treebank), tmp_path / "parts", epochs=3)
     whole, parts = read_progress(tmp_path / "whole"), read_progress(tmp_path / "parts")
@@ -161,7 +150,7 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
     """The resumed epoch runs in a new process, without the random state that the earlier
     epochs leave behind (TensorFlow's global seed enters tf.data's shuffling and word
     dropout), as after a real interruption."""
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     quick = ["--epochs", "2", "--max-train-sentences", "12", "--sparsity-sentences", "2"]
     quick += ["--dropout", "0.3", "--lowercase", "--collapse-numbers"]  # dropout's random state resumes too
     uninterrupted = _arguments(treebank, tmp_path / "whole", *quick)
@@ -178,10 +167,10 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
     _assert_test_evaluation(tmp_path / "parts", capsys)
 
 
-def test_the_learning_rate_decays_after_each_epoch_without_a_better_dev_uas(tmp_path):
+def test_the_learning_rate_decays_after_each_epoch_without_a_better_dev_uas(tmp_path, capsys):
     """At a learning rate of 1e-9 the dev UAS of epoch 1 is never beaten: epochs 2 and 3 each
     multiply the rate by the decay, and the optimizer trains at the decayed rate."""
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     logdir = tmp_path / "decay"
     quick = ["--max-train-sentences", "4", "--sparsity-sentences", "2", "--learning-rate-decay", "0.5"]
     main(_arguments(treebank, logdir, *quick, "--learning-rate", "1e-9"))
@@ -191,12 +180,14 @@ def test_the_learning_rate_decays_after_each_epoch_without_a_better_dev_uas(tmp_
     assert final["final_learning_rate"] == pytest.approx(1e-9 * 0.5**2)
     model = keras.saving.load_model(logdir / "checkpoint" / "model.keras", compile=True)
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(1e-9 * 0.5)  # epoch 3's rate
-    with pytest.raises(ValueError, match="Received: learning_rate_decay=0.0"):
+    with pytest.raises(SystemExit):
         main(_arguments(treebank, tmp_path / "bad", "--learning-rate-decay", "0"))
+    error = capsys.readouterr().err
+    assert "argument --learning-rate-decay: must be a number in (0, 1]. Received: '0'" in error
 
 
 def test_the_parser_can_embed_xpos_tags(tmp_path, capsys):
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     logdir = tmp_path / "xpos"
     main(_arguments(treebank, logdir, "--max-train-sentences", "4", "--epochs", "1", "--tag-column", "xpos"))
     vocabulary = json.loads((logdir / "vocabulary.json").read_text())
@@ -210,7 +201,7 @@ def test_the_parser_can_embed_xpos_tags(tmp_path, capsys):
 
 
 def test_runs_are_never_mixed(tmp_path):
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     logdir = tmp_path / "run"
     main(_arguments(treebank, logdir, "--time-limit", "0"))
     with pytest.raises(FileExistsError, match="already holds a run"):
@@ -243,7 +234,7 @@ def test_sparse_trees_are_few_and_sum_to_one_on_a_trained_model(tmp_path):
 
 
 def test_time_measures_the_runs_side_by_side(tmp_path, capsys):
-    treebank = _treebank(tmp_path)
+    treebank = sample_treebank(tmp_path / "en_sample")
     quick = ["--epochs", "1", "--max-train-sentences", "8", "--sparsity-sentences", "2", "--batch-size", "4"]
     for loss in ("sparsemap", "crf"):
         main(_arguments(treebank, tmp_path / loss, *quick) + ["--loss", loss])

@@ -88,6 +88,7 @@ def test_a_run_resumed_after_a_crash_shows_each_epoch_once_in_tensorboard(tmp_pa
         run.end_epoch(model, {"epoch": epoch, "loss": loss, "note": "text"}, score=-loss)
         if epoch < 3:
             run.save_checkpoint(model, seconds=1.0)  # the crash: no checkpoint of epoch 3
+    run.close()  # the process dies, and its lock on the directory with it
     resumed = TrainingRun(settings, tmp_path, ("epoch", "loss", "note"), "accuracy", resume=True, quiet=True)
     resumed.restore(_Vocabulary)
     resumed.end_epoch(model, {"epoch": 3, "loss": 0.7, "note": "text"}, score=-0.7)

@@ -15,6 +15,7 @@ import functools
 import json
 import pathlib
 import sys
+from collections.abc import Callable
 
 # The names and defaults, repeated here so that --help answers without TensorFlow.
 _ATTENTIONS = ("softmax", "sequence", "matching")
@@ -22,6 +23,23 @@ _SPLITS = ("train", "trial", "test")
 _DEFAULT_SICK = (
     pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "nli" / "sick.tsv"
 ).resolve()
+
+
+def _checked(kind: str, **bounds) -> Callable[[str], float | int]:
+    """The option type ``keras_structured.command_line.{kind}(**bounds)``, which refuses values
+    that cannot work when they are parsed, naming the option. It is imported then: the package
+    imports TensorFlow, which ``--help`` does without."""
+
+    def parse(text: str) -> float | int:
+        from keras_structured import command_line
+
+        return getattr(command_line, kind)(**bounds)(text)
+
+    return parse
+
+
+_AT_LEAST_ZERO, _AT_LEAST_ONE = _checked("integer", minimum=0), _checked("integer", minimum=1)
+_POSITIVE = _checked("number", minimum=0, open_minimum=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,38 +57,60 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--data", default=str(_DEFAULT_SICK), help="the SICK .tsv file (not distributed here)")
     train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--attention", default="softmax", choices=_ATTENTIONS)
-    train.add_argument("--learning-rate", type=float, default=2.0**-4, help="SGD's initial learning rate")
+    train.add_argument("--learning-rate", type=_POSITIVE, default=2.0**-4, help="SGD's initial learning rate")
     train.add_argument(
         "--learning-rate-decay",
-        type=float,
+        type=_checked("number", minimum=0, maximum=1, open_minimum=True),
         default=0.9,
         help="factor applied after each epoch whose trial accuracy is not the best",
     )
-    train.add_argument("--clipnorm", type=float, default=5.0, help="global gradient norm clipping")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--epochs", type=int, default=30, help="most epochs")
+    train.add_argument("--clipnorm", type=_POSITIVE, default=5.0, help="global gradient norm clipping")
+    train.add_argument("--seed", type=_AT_LEAST_ZERO, default=0)
+    train.add_argument("--epochs", type=_AT_LEAST_ONE, default=30, help="most epochs")
     train.add_argument(
-        "--patience", type=int, default=5, help="epochs without a better trial accuracy before stopping"
+        "--patience",
+        type=_AT_LEAST_ONE,
+        default=5,
+        help="epochs without a better trial accuracy before stopping",
     )
     train.add_argument(
-        "--min-epochs", type=int, default=1, help="epochs run before early stopping may stop training"
+        "--min-epochs",
+        type=_AT_LEAST_ONE,
+        default=1,
+        help="epochs run before early stopping may stop training",
     )
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--max-train-pairs", type=int, default=None, help="use the first N training pairs")
+    train.add_argument("--batch-size", type=_AT_LEAST_ONE, default=32)
     train.add_argument(
-        "--max-trial-pairs", type=int, default=None, help="measure trial accuracy on the first N trial pairs"
+        "--max-train-pairs", type=_AT_LEAST_ONE, default=None, help="use the first N training pairs"
     )
-    train.add_argument("--min-count", type=int, default=2, help="least training count of a known word")
-    train.add_argument("--embedding-dim", type=int, default=100, help="word embedding size (learned)")
-    train.add_argument("--units", type=int, default=100, help="units of the BiLSTMs (per direction) and MLPs")
-    train.add_argument("--dropout", type=float, default=0.5)
     train.add_argument(
-        "--max-iter", type=int, default=None, help="most MAP calls per SparseMAP problem (None: 1000)"
+        "--max-trial-pairs",
+        type=_AT_LEAST_ONE,
+        default=None,
+        help="measure trial accuracy on the first N trial pairs",
+    )
+    train.add_argument(
+        "--min-count", type=_AT_LEAST_ONE, default=2, help="least training count of a known word"
+    )
+    train.add_argument(
+        "--embedding-dim", type=_AT_LEAST_ONE, default=100, help="word embedding size (learned)"
+    )
+    train.add_argument(
+        "--units", type=_AT_LEAST_ONE, default=100, help="units of the BiLSTMs (per direction) and MLPs"
+    )
+    train.add_argument(
+        "--dropout", type=_checked("number", minimum=0, maximum=1, open_maximum=True), default=0.5
+    )
+    train.add_argument(
+        "--max-iter",
+        type=_AT_LEAST_ONE,
+        default=None,
+        help="most MAP calls per SparseMAP problem (None: 1000)",
     )
     train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
     train.add_argument(
         "--time-limit",
-        type=float,
+        type=_checked("number", minimum=0),
         default=None,
         help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
     )
@@ -80,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--split", default="test", choices=_SPLITS)
     evaluate.add_argument(
-        "--max-pairs", type=int, default=None, help="evaluate the first N pairs of the split"
+        "--max-pairs", type=_AT_LEAST_ONE, default=None, help="evaluate the first N pairs of the split"
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
@@ -103,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         "time", help="seconds per training step of several runs' checkpoints, interleaved on the same batches"
     )
     time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
-    time_steps.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    time_steps.add_argument("--steps", type=_AT_LEAST_ONE, default=30, help="timed steps per run")
     time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
     return parser
 
@@ -145,9 +185,10 @@ def _align(args) -> None:
                 f"{pair['hypothesis'][j]}={w:.2f}" for j, w in enumerate(pair["p2h"][i]) if w > 0.005
             )
             print(f"  {word} -> {weights}")
+    from keras_structured._training_runs import save_output
+
     if args.output:
-        pathlib.Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.output).write_text(json.dumps(result) + "\n")
+        save_output(args.output, lambda path: path.write_text(json.dumps(result) + "\n"))
         print(f"wrote {args.output}")
     if args.png:
         from keras_structured.nli.figures import plot_alignments
@@ -156,13 +197,11 @@ def _align(args) -> None:
         for k, pair in enumerate(result["pairs"]):
             path = png if len(result["pairs"]) == 1 else png.with_name(f"{png.stem}_{k}{png.suffix}")
             title = f"pair {pair['pair_id']}: {pair['label']} (predicted {pair['predicted']})"
-            plot_alignments(
-                pair["premise"],
-                pair["hypothesis"],
-                {result["attention"]: (pair["p2h"], pair["h2p"])},
-                path,
-                title,
+            matrices = {result["attention"]: (pair["p2h"], pair["h2p"])}
+            draw = functools.partial(
+                plot_alignments, pair["premise"], pair["hypothesis"], matrices, title=title
             )
+            save_output(path, draw)  # draw(path) with a temporary path
             print(f"wrote {path}")
 
 

@@ -18,9 +18,9 @@ split (SICK's development set). A run lives in one directory (``logdir``):
 - ``final.json``: the summary, written when training ends.
 
 Every epoch draws its shuffling and its dropout masks from ``(seed, epoch)``, so a resumed
-run sees the same batches and masks as an uninterrupted one. The rules of the directory (runs
-never mixed, ``--resume``, the time limit, early stopping) are those of
-:mod:`keras_structured._training_runs`.
+run sees the same batches and masks as an uninterrupted one. The rules of the directory (one
+writer, whole files, runs never mixed, ``--resume``, the time limit, early stopping,
+divergence as an error) are those of :mod:`keras_structured._training_runs`.
 """
 
 from __future__ import annotations
@@ -35,14 +35,21 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, reseed_dropout, write_json
-from keras_structured._validation import check_integer
+from keras_structured._training_runs import (
+    TrainingRun,
+    check_run_settings,
+    epoch_seed,
+    load_best,
+    reseed_dropout,
+)
+from keras_structured._validation import check_integer, check_number
 from keras_structured.engine import SparseMAPConvergenceWarning
 from keras_structured.nli.alignments import ATTENTIONS
 from keras_structured.nli.batching import encode_pairs, make_dataset
 from keras_structured.nli.model import build_esim
 from keras_structured.nli.sick_reader import DEFAULT_SICK, LABELS, Pair, read_sick
 from keras_structured.nli.vocabulary import PAD_ID, Vocabulary
+from keras_structured.run_directory import write_json
 
 PROGRESS_COLUMNS = (
     "epoch",
@@ -103,21 +110,15 @@ class NLIConfig:
     max_iter: int | None = None
 
     def __post_init__(self):
+        check_run_settings(self)
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {ATTENTIONS}. Received: attention={self.attention!r}")
-        for name in ("epochs", "patience", "min_epochs", "batch_size", "min_count"):
+        for name in ("min_count", "embedding_dim", "units"):
             check_integer(name, getattr(self, name), minimum=1)
-        check_integer("max_train_pairs", self.max_train_pairs, minimum=1, allow_none=True)
-        check_integer("max_trial_pairs", self.max_trial_pairs, minimum=1, allow_none=True)
-        check_integer("max_iter", self.max_iter, minimum=1, allow_none=True)
-        for name in ("learning_rate", "clipnorm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0. Received: {name}={getattr(self, name)}")
-        if not 0 < self.learning_rate_decay <= 1:
-            raise ValueError(
-                "learning_rate_decay must be in (0, 1]. "
-                f"Received: learning_rate_decay={self.learning_rate_decay}"
-            )
+        for name in ("max_train_pairs", "max_trial_pairs", "max_iter"):
+            check_integer(name, getattr(self, name), minimum=1, allow_none=True)
+        check_number("clipnorm", self.clipnorm, minimum=0, open_minimum=True)
+        check_number("dropout", self.dropout, minimum=0, maximum=1, open_maximum=True)
 
 
 # ------------------------------------------------------------------------------------------ inspection
@@ -246,10 +247,28 @@ def train(
     Returns:
         The summary written to ``final.json`` when training ended, with ``finished`` False
         (and no file) when the time limit stopped it first.
+
+    Raises:
+        RunLockedError: another process is writing ``logdir``.
+        DivergenceError: the loss or the weights became non-finite; the run is not finished
+            and keeps its last checkpoint and ``best.keras``.
+        ValueError: settings or data that cannot make a run (named), such as a split with
+            no pairs.
     """
-    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit)
+    with TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit) as run:
+        return _train(run, config, quiet)
+
+
+def _train(run: TrainingRun, config: NLIConfig, quiet: bool) -> dict:
+    """The work of :func:`train` in the opened ``run``."""
     data = read_sick(config.data, ("train", "trial"))
     train_pairs, trial = data["train"][: config.max_train_pairs], data["trial"][: config.max_trial_pairs]
+    if not (train_pairs and trial):
+        raise ValueError(
+            f"The {'trial' if train_pairs else 'train'} split of {config.data!r} has no pairs: a run "
+            "trains on the train split and follows the accuracy on the trial split (early stopping, "
+            f"best.keras). Received: data={config.data!r}"
+        )
     if run.resumed:
         model, vocabulary = run.restore(Vocabulary)
     else:

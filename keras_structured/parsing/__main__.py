@@ -16,10 +16,14 @@ import functools
 import json
 import sys
 
+from keras_structured.command_line import integer, number
 from keras_structured.parsing.conllu_reader import TAG_COLUMNS
 
 # The loss names and defaults, repeated here so that --help answers without TensorFlow.
 _LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
+# Option types: values that cannot work are refused when parsed, naming the option.
+_AT_LEAST_ZERO, _AT_LEAST_ONE = integer(minimum=0), integer(minimum=1)
+_POSITIVE = number(minimum=0, open_minimum=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,30 +41,39 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--treebank", required=True, help="folder with *-ud-{train,dev,test}.conllu files")
     train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--loss", default="sparsemap", choices=_LOSSES)
-    train.add_argument("--learning-rate", type=float, default=2e-3, help="Adam's learning rate")
+    train.add_argument("--learning-rate", type=_POSITIVE, default=2e-3, help="Adam's learning rate")
     train.add_argument(
         "--learning-rate-decay",
-        type=float,
+        type=number(minimum=0, maximum=1, open_minimum=True),
         default=1.0,
         help="factor applied to the learning rate after an epoch without a better dev UAS (1: none)",
     )
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--epochs", type=int, default=30, help="most epochs")
+    train.add_argument("--seed", type=_AT_LEAST_ZERO, default=0)
+    train.add_argument("--epochs", type=_AT_LEAST_ONE, default=30, help="most epochs")
     train.add_argument(
-        "--patience", type=int, default=5, help="epochs without a better dev UAS before stopping"
+        "--patience", type=_AT_LEAST_ONE, default=5, help="epochs without a better dev UAS before stopping"
     )
     train.add_argument(
-        "--min-epochs", type=int, default=1, help="epochs run before early stopping may stop training"
+        "--min-epochs",
+        type=_AT_LEAST_ONE,
+        default=1,
+        help="epochs run before early stopping may stop training",
     )
-    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--batch-size", type=_AT_LEAST_ONE, default=32)
     train.add_argument(
-        "--max-length", type=int, default=100, help="longer training sentences are left out (and counted)"
+        "--max-length",
+        type=_AT_LEAST_ONE,
+        default=100,
+        help="longer training sentences are left out (and counted)",
     )
     train.add_argument(
-        "--max-train-sentences", type=int, default=None, help="use the first N training sentences"
+        "--max-train-sentences", type=_AT_LEAST_ONE, default=None, help="use the first N training sentences"
     )
     train.add_argument(
-        "--word-dropout", type=float, default=0.25, help="alpha of the frequency-based word dropout"
+        "--word-dropout",
+        type=number(minimum=0),
+        default=0.25,
+        help="alpha of the frequency-based word dropout",
     )
     train.add_argument("--lowercase", action="store_true", help="lowercase the words")
     train.add_argument(
@@ -75,22 +88,29 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--single-root", action="store_true", help="exactly one word attached to the root")
     train.add_argument(
         "--sparsity-sentences",
-        type=int,
+        type=_AT_LEAST_ZERO,
         default=300,
-        help="per-epoch SparseMAP sparsity on the first N dev sentences (evaluate uses all)",
+        help="per-epoch SparseMAP sparsity on the first N dev sentences (0: none; evaluate uses all)",
     )
-    train.add_argument("--word-dim", type=int, default=100, help="word embedding size")
-    train.add_argument("--tag-dim", type=int, default=25, help="POS embedding size")
-    train.add_argument("--lstm-units", type=int, default=125, help="units per direction of each BiLSTM layer")
-    train.add_argument("--lstm-layers", type=int, default=2, help="BiLSTM layers")
-    train.add_argument("--mlp-units", type=int, default=100, help="hidden units of the arc perceptron")
+    train.add_argument("--word-dim", type=_AT_LEAST_ONE, default=100, help="word embedding size")
+    train.add_argument("--tag-dim", type=_AT_LEAST_ONE, default=25, help="POS embedding size")
     train.add_argument(
-        "--dropout", type=float, default=0.0, help="dropout on the embeddings and BiLSTM outputs"
+        "--lstm-units", type=_AT_LEAST_ONE, default=125, help="units per direction of each BiLSTM layer"
+    )
+    train.add_argument("--lstm-layers", type=_AT_LEAST_ONE, default=2, help="BiLSTM layers")
+    train.add_argument(
+        "--mlp-units", type=_AT_LEAST_ONE, default=100, help="hidden units of the arc perceptron"
+    )
+    train.add_argument(
+        "--dropout",
+        type=number(minimum=0, maximum=1, open_maximum=True),
+        default=0.0,
+        help="dropout on the embeddings and BiLSTM outputs",
     )
     train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
     train.add_argument(
         "--time-limit",
-        type=float,
+        type=number(minimum=0),
         default=None,
         help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
     )
@@ -106,15 +126,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("--logdir", required=True)
     parse.add_argument("--split", default="dev", choices=("train", "dev", "test"))
-    parse.add_argument("--index", type=int, default=0, help="sentence number in the split (from 0)")
+    parse.add_argument(
+        "--index", type=_AT_LEAST_ZERO, default=0, help="sentence number in the split (from 0)"
+    )
     parse.add_argument("--png", default=None, help="draw the trees into this PNG file")
-    parse.add_argument("--max-trees", type=int, default=6, help="print and draw at most the N heaviest trees")
+    parse.add_argument(
+        "--max-trees", type=_AT_LEAST_ONE, default=6, help="print and draw at most the N heaviest trees"
+    )
 
     time_steps = commands.add_parser(
         "time", help="training throughput of several runs' checkpoints, interleaved on the same batches"
     )
     time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
-    time_steps.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    time_steps.add_argument("--steps", type=_AT_LEAST_ONE, default=30, help="timed steps per run")
     time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
     return parser
 
@@ -154,12 +178,13 @@ def _parse(args) -> None:
     if rest:
         print(f"... and {len(rest)} more trees of total weight {sum(weight for _, weight in rest):.3f}")
     if args.png:
+        from keras_structured._training_runs import save_output
         from keras_structured.parsing.figures import draw_trees
 
         title = f"{args.split} sentence {args.index}: {len(trees)} trees" + (
             f", the {len(shown)} heaviest shown" if rest else ""
         )
-        draw_trees(list(sentence.words), shown, args.png, title=title)
+        save_output(args.png, lambda path: draw_trees(list(sentence.words), shown, path, title=title))
         print(f"wrote {args.png}")
 
 

@@ -51,7 +51,9 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
     """
     logdirs, steps, runs = load_checkpoints(logdirs, steps, Vocabulary, {"ArcScorer": ArcScorer})
     config = runs[0][2]
-    train = read_conllu(treebank_paths(config["treebank"], ("train",))["train"])
+    train = read_conllu(
+        treebank_paths(config["treebank"], ("train",))["train"], single_root=config.get("single_root", False)
+    )
     train = [s for s in train[: config.get("max_train_sentences")] if 0 < s.length <= config["max_length"]]
     size = config["batch_size"]
     order = np.random.default_rng(seed).permutation(len(train))[: steps * size]

@@ -6,15 +6,17 @@ A run lives in one directory (``logdir``):
 - ``progress.csv``: one row per epoch (training loss, dev UAS with and without
   punctuation, training sentences per second, the mean number of trees SparseMAP puts
   weight on per dev sentence and the share of dev sentences with one tree);
-- ``sparsity_dev.jsonl``: per epoch, the number of trees of every dev sentence;
+- ``sparsity_dev.jsonl``: per epoch, the number of trees of every dev sentence (rewritten
+  whole after each epoch);
 - ``checkpoint/``: the model with its optimizer state and the loop state after the last
   finished epoch, from which ``--resume`` continues;
 - ``best.keras``: the model of the best dev UAS (early stopping keeps it);
 - ``final.json``: the summary, written when training ends.
 
 Every epoch draws its shuffling and word dropout from ``(seed, epoch)``, so a resumed run
-sees the same batches as an uninterrupted one. The rules of the directory (runs never mixed,
-``--resume``, the time limit, early stopping) are those of :mod:`keras_structured._training_runs`.
+sees the same batches as an uninterrupted one. The rules of the directory (one writer, whole
+files, runs never mixed, ``--resume``, the time limit, early stopping, divergence as an error)
+are those of :mod:`keras_structured._training_runs`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,14 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
-from keras_structured._training_runs import TrainingRun, epoch_seed, load_best, reseed_dropout, write_json
-from keras_structured._validation import check_one_of
+from keras_structured._training_runs import (
+    TrainingRun,
+    check_run_settings,
+    epoch_seed,
+    load_best,
+    reseed_dropout,
+)
+from keras_structured._validation import check_integer, check_number, check_one_of
 from keras_structured.engine import DependencyTreeStructure, SparseMAPConvergenceWarning, solve
 from keras_structured.engine.dependency_tree import best_trees
 from keras_structured.parsing.batching import make_dataset
@@ -37,6 +45,7 @@ from keras_structured.parsing.conllu_reader import TAG_COLUMNS, Sentence, read_c
 from keras_structured.parsing.evaluation import attachment_scores
 from keras_structured.parsing.model import LOSSES, build_parser, make_loss
 from keras_structured.parsing.vocabulary import Vocabulary
+from keras_structured.run_directory import write_json, write_text
 
 #: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
 #: paper's parser decodes with 100). Trained models need a few; near-uniform scores (an untrained
@@ -86,7 +95,7 @@ class ParserConfig:
             from the CoNLL-U files). The UAS without punctuation always uses UPOS.
         single_root: trees with exactly one word attached to the root.
         sparsity_sentences: the per-epoch sparsity (trees per sentence) is measured on the
-            first this many dev sentences (all of them: None). An untrained model's scores
+            first this many dev sentences (all of them: None; none: 0). An untrained model's scores
             are nearly uniform, and SparseMAP then needs up to ``max_iter`` MAP calls per
             sentence; ``evaluate`` always measures the whole split.
         word_dim, tag_dim, lstm_units, lstm_layers, mlp_units: model sizes.
@@ -119,19 +128,15 @@ class ParserConfig:
     dropout: float = 0.0
 
     def __post_init__(self):
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}. Received: loss={self.loss!r}")
-        for name in ("epochs", "patience", "min_epochs", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        check_run_settings(self)
+        check_one_of("loss", self.loss, LOSSES)
         check_one_of("tag_column", self.tag_column, TAG_COLUMNS)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}")
-        if not 0 < self.learning_rate_decay <= 1:
-            raise ValueError(
-                "learning_rate_decay must be in (0, 1]. "
-                f"Received: learning_rate_decay={self.learning_rate_decay}"
-            )
+        for name in ("max_length", "word_dim", "tag_dim", "lstm_units", "lstm_layers", "mlp_units"):
+            check_integer(name, getattr(self, name), minimum=1)
+        check_integer("max_train_sentences", self.max_train_sentences, minimum=1, allow_none=True)
+        check_integer("sparsity_sentences", self.sparsity_sentences, minimum=0, allow_none=True)
+        check_number("word_dropout", self.word_dropout, minimum=0)
+        check_number("dropout", self.dropout, minimum=0, maximum=1, open_maximum=True)
 
 
 def predict_scores(
@@ -217,7 +222,7 @@ def evaluate_scores(
 
 
 def _load_split(config: ParserConfig, split: str) -> list[Sentence]:
-    return read_conllu(treebank_paths(config.treebank, (split,))[split])
+    return read_conllu(treebank_paths(config.treebank, (split,))[split], single_root=config.single_root)
 
 
 def train(
@@ -240,17 +245,47 @@ def train(
     Returns:
         The summary written to ``final.json`` when training ended, with ``finished``
         False (and no file) when the time limit stopped it first.
+
+    Raises:
+        RunLockedError: another process is writing ``logdir``.
+        DivergenceError: the loss or the weights became non-finite; the run is not finished
+            and keeps its last checkpoint and ``best.keras``.
+        ValueError: settings or data that cannot make a run (named).
     """
-    run = TrainingRun(config, logdir, PROGRESS_COLUMNS, "uas", resume, quiet, time_limit)
-    train_all = _load_split(config, "train")
+    with TrainingRun(config, logdir, PROGRESS_COLUMNS, "uas", resume, quiet, time_limit) as run:
+        return _train(run, config, quiet)
+
+
+def _training_sentences(config: ParserConfig) -> tuple[list[Sentence], int]:
+    """The training sentences of ``config`` and the number left out for their length."""
+    sentences = _load_split(config, "train")[: config.max_train_sentences]
+    too_long = sum(s.length > config.max_length for s in sentences)
+    kept = [s for s in sentences if 0 < s.length <= config.max_length]
+    if not kept:
+        shortest = min(s.length for s in sentences)
+        raise ValueError(
+            f"--max-length {config.max_length} leaves out all {too_long} training sentences (the "
+            f"shortest has {shortest} words). Received: max_length={config.max_length}"
+        )
+    return kept, too_long
+
+
+def _write_lines(path: pathlib.Path, lines: Sequence[str]) -> None:
+    """Write ``lines`` to ``path`` whole, one a line."""
+    write_text(path, "".join(f"{line}\n" for line in lines))
+
+
+def _train(run: TrainingRun, config: ParserConfig, quiet: bool) -> dict:
+    """The work of :func:`train` in the opened ``run``."""
+    train_sentences, too_long = _training_sentences(config)
     dev = _load_split(config, "dev")
-    train_sentences = train_all[: config.max_train_sentences]
-    too_long = sum(s.length > config.max_length for s in train_sentences)
-    train_sentences = [s for s in train_sentences if 0 < s.length <= config.max_length]
-    sparsity_log = run.logdir / "sparsity_dev.jsonl"
+    sparsity_log, sparsity_lines = run.logdir / "sparsity_dev.jsonl", []
+    if run.resumed:  # without the epochs after the checkpoint (written before a crash)
+        lines = sparsity_log.read_text().splitlines()
+        sparsity_lines = [line for line in lines if json.loads(line)["epoch"] <= run.state["epoch"]]
+    _write_lines(sparsity_log, sparsity_lines)  # first: a planted symlink is refused before any write
     if run.resumed:
         model, vocabulary = run.restore(Vocabulary)
-        _truncate_sparsity_log(sparsity_log, run.state["epoch"])
     else:
         keras.utils.set_random_seed(config.seed)
         vocabulary = Vocabulary.from_sentences(
@@ -276,7 +311,6 @@ def train(
             jit_compile=False,
         )
         run.start(learning_rate=config.learning_rate)
-        sparsity_log.write_text("")
     if not quiet:
         print(
             f"{len(train_sentences)} training sentences ({too_long} longer than {config.max_length} words "
@@ -315,10 +349,10 @@ def train(
             "one_tree_fraction": scores["one_tree_fraction"],
             "epoch_seconds": seconds,
         }
-        with open(sparsity_log, "a") as handle:
-            handle.write(
-                json.dumps({"epoch": epoch + 1, "trees_per_sentence": scores["trees_per_sentence"]}) + "\n"
-            )
+        sparsity_lines.append(
+            json.dumps({"epoch": epoch + 1, "trees_per_sentence": scores["trees_per_sentence"]})
+        )
+        _write_lines(sparsity_log, sparsity_lines)
         if not run.end_epoch(model, row, scores["uas"], best_uas_no_punct=scores["uas_no_punct"]):
             run.state["learning_rate"] = run.state.get("learning_rate", config.learning_rate)
             run.state["learning_rate"] *= config.learning_rate_decay
@@ -338,13 +372,6 @@ def train(
     details = {"train_sentences": len(train_sentences), "train_sentences_too_long": too_long}
     details["final_learning_rate"] = run.state.get("learning_rate", config.learning_rate)
     return run.finish(best, details)
-
-
-def _truncate_sparsity_log(path: pathlib.Path, epochs: int) -> None:
-    """Drop the lines of epochs after the checkpoint (written before a crash)."""
-    lines = path.read_text().splitlines()
-    kept = [line for line in lines if json.loads(line)["epoch"] <= epochs]
-    path.write_text("".join(line + "\n" for line in kept))
 
 
 def load_run(logdir) -> tuple[keras.Model, Vocabulary, ParserConfig]:
