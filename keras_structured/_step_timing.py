@@ -22,6 +22,7 @@ import numpy as np
 
 from keras_structured._validation import check_integer
 from keras_structured.engine import SparseMAPConvergenceWarning
+from keras_structured.run_directory import make_directory, write_json
 
 __all__ = ["interleaved_step_seconds", "load_checkpoints", "report_timings", "step_summary"]
 
@@ -73,10 +74,11 @@ def step_summary(seconds: Sequence[float]) -> dict:
 
 
 def report_timings(result: dict, output: str | None = None) -> None:
-    """Print the timings as one JSON line, and write them into ``output`` too when given."""
+    """Print the timings as one JSON line, and write them into ``output`` too when given
+    (whole, never through a symlink: :mod:`keras_structured.run_directory`)."""
     if output:
-        pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(output).write_text(json.dumps(result, indent=1) + "\n")
+        make_directory(pathlib.Path(output).parent)
+        write_json(output, result)
     print(json.dumps(result))
 
 

@@ -9,10 +9,11 @@ benchmark runners) writes it through this module, which guarantees:
   process dies, so a lock left by a killed process is stale by construction: the next writer
   takes it over (and says so in :attr:`RunLock.previous_holder`);
 - **whole files**: a file is rewritten by writing a temporary file in the same directory and
-  renaming it over the old one (``os.replace``), never by truncating and writing in place:
-  a process killed at any moment leaves the old file or the new one (:func:`write_bytes`,
-  :func:`write_text`, :func:`write_json`, :func:`write_csv`, :func:`save_file`); logs that
-  only grow are appended to (:func:`open_for_appending`), never rewritten;
+  renaming it over the old one (``os.replace``), never by truncating and writing in place
+  (:func:`write_bytes`, :func:`write_text`, :func:`write_json`, :func:`write_csv`,
+  :func:`save_file`): a process killed at any moment leaves the old file or the new one,
+  and the next writer to take the lock deletes its temporary file (:func:`remove_temporaries`);
+  logs that only grow are appended to (:func:`open_for_appending`), never rewritten;
 - **no symlinks**: writing refuses a target that is a symlink, or that lies under a symlinked
   folder inside the run directory, with an :class:`UnsafePathError`; the temporary files are
   created with ``O_EXCL``, so a planted name cannot redirect them either.
@@ -34,6 +35,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
@@ -46,6 +48,8 @@ except ImportError:  # pragma: no cover - Windows
 
 #: The lock file of a run directory.
 LOCK_FILE = ".lock"
+#: The names of :func:`save_file`'s temporary files: ``.{stem}.{8 random characters}.tmp{suffix}``.
+_TEMPORARY = re.compile(r"^\..*\.[a-z0-9_]{8}\.tmp(\.[^.]*)?$")
 
 
 class RunLockedError(RuntimeError):
@@ -72,6 +76,22 @@ def _temporary_path(path: pathlib.Path) -> pathlib.Path:
     handle, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
     os.close(handle)
     return pathlib.Path(name)
+
+
+def remove_temporaries(logdir: str | os.PathLike) -> list[pathlib.Path]:
+    """Delete the temporary files that writers killed mid-write left in ``logdir`` (and its
+    subfolders); call it only while holding the directory's :class:`RunLock` (taking the
+    lock does).
+
+    Returns:
+        The files deleted.
+    """
+    removed = []
+    for path in pathlib.Path(logdir).rglob(".*.tmp*"):
+        if _TEMPORARY.match(path.name) and path.is_file() and not path.is_symlink():
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def save_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> None:
@@ -214,6 +234,7 @@ class RunLock:
         os.ftruncate(handle, 0)
         os.write(handle, f"{os.getpid()}\n".encode())
         self._handle = handle
+        remove_temporaries(self.logdir)
         return self
 
     def release(self) -> None:
@@ -258,6 +279,7 @@ __all__ = [
     "make_directory",
     "open_for_appending",
     "read_csv",
+    "remove_temporaries",
     "save_file",
     "write_bytes",
     "write_csv",

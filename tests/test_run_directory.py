@@ -119,3 +119,26 @@ def test_appending_refuses_a_symlink_and_keeps_earlier_lines(tmp_path):
     with pytest.raises(rd.UnsafePathError, match="planted.log"):
         rd.open_for_appending(tmp_path / "planted.log")
     assert target.read_text() == "precious"
+
+
+def test_temporaries_of_a_killed_writer_are_removed_by_the_next_lock(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    left = [tmp_path / ".best.ab12cd_e.tmp.keras", tmp_path / "checkpoint" / ".state.x1y2z3w4.tmp.json"]
+    kept = [tmp_path / "notes.tmp", tmp_path / ".hidden", tmp_path / "best.keras"]
+    for path in left + kept:
+        path.write_text("x")
+    with rd.RunLock(tmp_path):
+        assert not any(path.exists() for path in left)
+        assert all(path.exists() for path in kept)
+
+
+def test_a_temporary_file_name_matches_what_the_lock_removes(tmp_path, monkeypatch):
+    seen = []
+
+    def write(temporary):
+        seen.append(temporary.name)
+        raise KeyboardInterrupt  # as if killed: save_file deletes it, a kill would not
+
+    with pytest.raises(KeyboardInterrupt):
+        rd.save_file(tmp_path / "best.keras", write)
+    assert rd._TEMPORARY.match(seen[0]) and seen[0].endswith(".tmp.keras")
