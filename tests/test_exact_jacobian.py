@@ -6,15 +6,12 @@ Jacobian products of the default solve (``tol=1e-6``, ``exact_jacobian=True``) m
 match it: median relative error <= 1e-4, maximum <= 1e-2 over 12 random instances.
 
 An instance is excluded only by an automatic test saying that its scores lie on a
-piece boundary, where the Jacobian jumps and no single answer is right:
-
-* the forward and backward differences disagree (a kink within the step), or
-* the solution keeps a structure of weight below ``1e-12``, as small as the
-  rounding of the KKT solve: a change of the scores at the rounding level takes it
-  out of the support, so in double precision the scores sit on a piece boundary.
-
-At most two instances in twelve may be excluded (trees of 30 words have two such
-weights in twelve, and their Jacobians are right all the same).
+piece boundary, where the Jacobian jumps and no single answer is right: the forward
+and backward differences disagree (a kink within the step). At most two instances in
+twelve may be excluded. Structures of weight zero in the support are no sign of a
+boundary: the support must span the face of the solution (all the structures of equal
+best score), and on a face with more vertices than its dimension plus one, the
+solution may lie on the boundary of the simplex of the vertices that span it.
 """
 
 import numpy as np
@@ -29,10 +26,10 @@ from keras_structured.engine import (
     SequenceStructure,
     solve,
 )
+from keras_structured.engine.options import DEFAULT_MAX_ITER
 
 BATCH = 12
 STEP = 1e-5
-BOUNDARY_WEIGHT = 1e-12
 
 CASES = {
     "tree10": (DependencyTreeStructure(), (11, 11), None),
@@ -76,9 +73,7 @@ def test_default_jacobian_matches_finite_differences(case):
 
     plus, center, minus = tight(1), tight(0), tight(-1)
     central = (plus - minus) / (2 * STEP)
-    kink = _relative((plus - center) / STEP, (center - minus) / STEP) > 1e-3
-    leaving = np.array([w.min() < BOUNDARY_WEIGHT for w in solution.weights])
-    boundary = kink | leaving
+    boundary = _relative((plus - center) / STEP, (center - minus) / STEP) > 1e-3
     assert boundary.sum() <= 2, f"{boundary.sum()} of {BATCH} instances on piece boundaries"
 
     errors = _relative(jacobian, central)[~boundary]
@@ -129,3 +124,43 @@ def test_layers_store_the_jacobian_option(exact_jacobian):
     assert layer.get_config()["exact_jacobian"] is exact_jacobian
     clone = ks.SparseMAPDependencyTree.from_config(layer.get_config())
     assert clone.exact_jacobian is exact_jacobian
+
+
+def _long_tree_case(words: int, batch: int):
+    """N(0, 1) scores of ``batch`` trees of ``words`` words and a direction."""
+    rng = np.random.default_rng(words)
+    eta = rng.normal(size=(batch, words + 1, words + 1))
+    return eta, rng.normal(size=eta.shape)
+
+
+def _assert_exact_on_long_trees(words: int, batch: int, most_calls: int):
+    """Default solves of long trees terminate (face certificate included) within
+    ``most_calls`` MAP calls, and their Jacobians match finite differences (central, or
+    one-sided where a kink lies within the step)."""
+    structure = DependencyTreeStructure()
+    eta, direction = _long_tree_case(words, batch)
+    solution = solve(structure, eta)
+    assert solution.converged.all() and solution.map_calls.max() <= most_calls, solution.map_calls
+    jacobian = solution.jacobian_product(direction)[0].reshape(batch, -1)
+
+    def tight(sign):
+        shifted = eta + sign * STEP * direction
+        return solve(structure, shifted, tol=1e-14, max_iter=10_000).u.reshape(batch, -1)
+
+    plus, center, minus = tight(1), tight(0), tight(-1)
+    # Long trees have many pieces: near a kink, the Jacobian is that of one side.
+    differences = ((plus - minus) / (2 * STEP), (plus - center) / STEP, (center - minus) / STEP)
+    errors = np.min([_relative(jacobian, difference) for difference in differences], axis=0)
+    assert errors.max() <= 1e-4, errors
+
+
+def test_trees_of_150_words_terminate_with_exact_jacobians():
+    """Before the face certificate, 13 of 32 such trees terminated within 1,000 MAP calls
+    (the MAP oracle's tie-breaking kept returning the same structures of the solution's
+    face), and a support stopped short gave Jacobians 17% off."""
+    _assert_exact_on_long_trees(150, batch=3, most_calls=1000)
+
+
+@pytest.mark.slow
+def test_trees_of_300_words_terminate_within_the_default_max_iter():
+    _assert_exact_on_long_trees(300, batch=2, most_calls=DEFAULT_MAX_ITER)

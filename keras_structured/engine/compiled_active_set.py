@@ -43,6 +43,12 @@ from keras_structured.engine.parallel import THREADS, run_on_all_threads
 # Same meaning as in active_set.py: squared distance (relative to ||m||^2) below
 # which a unary vector counts as lying in the affine hull of the active ones.
 _AFFINE_TOL = 1e-10
+# Once within ``tol`` (exact only), a structure whose relative Schur complement is below
+# this is measured directly (:func:`_hull_distance`): the Schur complement from ``K^{-1}``
+# errs by up to cond(K) times rounding (1e-3 relative measured at 50 words), and a
+# structure in the hull taken for one off it would make ``K`` singular (and the weight
+# slack below would keep it active).
+_VERIFY_TOL = 1e-2
 # KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
 _RESIDUAL_TOL = 1e-9
 # Relative Wolfe gap that counts as zero when an exact support is asked for: a few
@@ -55,6 +61,23 @@ REFINEMENTS = 2
 _ROUNDING_RESIDUAL = 1e-13
 # Iterations between two KKT residual checks (one also comes before convergence).
 _CHECK_EVERY = 8
+# The face certificate (exact only): before terminating, two MAP calls at the scores
+# perturbed by +-r, r a random direction orthogonal to the support's affine hull, of norm
+# _CERTIFICATE_STEP * scale, must both return structures in the hull; a structure
+# outside it whose gap is within _FACE_GAP * scale of zero lies on the solution's face
+# and enters. A structure further off shrinks r tenfold, at most _CERTIFICATE_SHRINKS
+# times. Weights of structures on the face may then be rounding error of either sign:
+# those above -_WEIGHT_SLACK stay active (at weight zero) instead of leaving and coming back.
+_CERTIFICATE_STEP = 1e-6
+_FACE_GAP = 1e-10
+_CERTIFICATE_SHRINKS = 6
+_WEIGHT_SLACK = 1e-12
+# Drift of the incrementally updated K^{-1} (relative residual of K K^{-1} b = b) above
+# which the Jacobian's inverse is rebuilt at the end (exact only).
+_DRIFT_TOL = 1e-10
+# Drift above which K^{-1} is rebuilt before a structure is measured against the hull
+# (:func:`_hull_distance` refines with it, and does not converge from further off).
+_REFINE_DRIFT = 1e-8
 # Odd multiplier of the code hash.
 _HASH_MULTIPLIER = 0x5851F42D4C957F2D
 # Solver status: stopped by max_iter before tol; terminated; stuck on an active
@@ -295,9 +318,8 @@ def _solution(kinv, k, theta, solution):
 
 
 @nb.njit(cache=True, nogil=True)
-def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
-    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse), and
-    the ``solution`` it gives."""
+def _kkt_matrix(Mi, Mv, Mw, slots, k, scratch):
+    """The bordered KKT matrix ``K = [[0, 1^T], [1, M_I M_I^T]]`` of the active set."""
     kkt = np.zeros((k + 1, k + 1))
     for i in range(k):
         kkt[0, i + 1] = kkt[i + 1, 0] = 1.0
@@ -308,10 +330,33 @@ def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
             kkt[i + 1, j + 1] = kkt[j + 1, i + 1] = _row_dot(Mi, Mv, Mw, slots[j], scratch)
         for j in range(Mw[row]):
             scratch[Mi[row, j]] = 0.0
-    inverse = np.linalg.pinv(kkt)
+    return kkt
+
+
+@nb.njit(cache=True, nogil=True)
+def _store_inverse(inverse, kinv, k):
+    """``kinv`` (transposed) from ``inverse``, the ``(k + 1, k + 1)`` inverse of ``K``."""
     for b in range(k + 1):
         for a in range(k + 1):
             kinv[b, a] = inverse[a, b]
+
+
+@nb.njit(cache=True, nogil=True)
+def _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch):
+    """Rebuild ``K^{-1}`` by LU (the pseudo-inverse if ``K`` is singular)."""
+    kkt = _kkt_matrix(Mi, Mv, Mw, slots, k, scratch)
+    try:
+        inverse = np.linalg.inv(kkt)
+    except Exception:  # numba raises LinAlgError as a plain exception
+        inverse = np.linalg.pinv(kkt)
+    _store_inverse(inverse, kinv, k)
+
+
+@nb.njit(cache=True, nogil=True)
+def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
+    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse), and
+    the ``solution`` it gives."""
+    _store_inverse(np.linalg.pinv(_kkt_matrix(Mi, Mv, Mw, slots, k, scratch)), kinv, k)
     _solution(kinv, k, theta, solution)
 
 
@@ -435,10 +480,11 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
 
 
 @nb.njit(cache=True, nogil=True)
-def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check):
-    """Solve the KKT system on the active set, dropping structures until feasible, and
-    write ``u = M_I^T y``. With ``check``, the solution's KKT residual is verified.
-    Returns the new size (``tau`` stays in the solution row of ``work``)."""
+def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check, slack):
+    """Solve the KKT system on the active set, dropping structures until feasible (weights
+    down to ``-slack`` count as zero), and write ``u = M_I^T y``. With ``check``, the
+    solution's KKT residual is verified. Returns the new size (``tau`` stays in the
+    solution row of ``work``)."""
     products, solution = work[_PRODUCTS], work[_SOLUTION]
     y_hat = solution[1:]
     refactored = False
@@ -450,7 +496,7 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
             continue
         leave, gamma = np.int64(-1), np.inf
         for i in range(k):
-            if y_hat[i] < 0.0 and y[i] / (y[i] - y_hat[i]) < gamma:
+            if y_hat[i] < -slack and y[i] / (y[i] - y_hat[i]) < gamma:
                 leave, gamma = i, y[i] / (y[i] - y_hat[i])
         if leave < 0:
             _combine(Mi, Mv, Mw, slots, y_hat, k, u)
@@ -462,13 +508,73 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
                 _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution)
                 refactored = True
                 continue
-            for i in range(k):
-                y[i] = y_hat[i]
+            for i in range(k):  # (u, and the gaps, come from y_hat itself)
+                y[i] = max(y_hat[i], 0.0)
             return k
         for i in range(k):
             y[i] = max(y[i] + gamma * (y_hat[i] - y[i]), 0.0)
         k = _drop(Mi, Mv, Mw, slots, y, theta, kinv, k, leave, scratch, work)
         refactored = False
+
+
+@nb.njit(cache=True, nogil=True)
+def _certificate_direction(Mi, Mv, Mw, slots, kinv, k, seed, norm, r, work):
+    """Write into ``r`` a random direction (seeded by ``seed``) orthogonal to the affine hull
+    of the active structures, of norm ``norm``: ``r = g - M_I^T c`` with ``(lambda, c) =
+    K^{-1} [0; M_I g]``, the affine projection of a Gaussian ``g``. Every structure in the
+    hull then has the same ``<r, m>``; one off the hull differs almost surely. Returns
+    False when the hull fills the whole space (``r`` is zero: nothing to certify)."""
+    np.random.seed(seed)
+    for j in range(r.shape[0]):
+        r[j] = np.random.standard_normal()
+    products, coefficients = work[_PRODUCTS], work[_COLUMN]
+    _row_dots(Mi, Mv, Mw, slots, k, r, products)
+    for i in range(k + 1):
+        coefficients[i] = 0.0
+    _accumulate(kinv, k + 1, np.int64(1), products, coefficients)
+    for i in range(k):
+        row = slots[i]
+        for j in range(Mw[row]):
+            r[Mi[row, j]] -= coefficients[i + 1] * Mv[row, j]
+    length = np.sqrt(_dot(r, r))
+    for j in range(r.shape[0]):
+        r[j] *= norm / length if length > 0.0 else 0.0
+    return length > 0.0
+
+
+@nb.njit(cache=True, nogil=True)
+def _inverse_drift(Mi, Mv, Mw, slots, kinv, k, scratch, work):
+    """How far ``K^{-1}`` is from inverting ``K``: ``||K K^{-1} b - b|| / ||b||`` for a
+    fixed pseudo-random ``b``, with ``K`` applied through the sparse rows (O(k^2 + k nnz)).
+    ``scratch`` (size of the unary part, zero) is zero again on return."""
+    b, x, product = work[_RESIDUAL], work[_DELTA], work[_COLUMN]
+    np.random.seed(k)
+    for i in range(k + 1):
+        b[i] = np.random.standard_normal()
+        x[i] = 0.0
+    _accumulate(kinv, k + 1, np.int64(0), b, x)
+    # K x = [sum(x_1..k); M_I (M_I^T x_1..k) + x_0]
+    _combine(Mi, Mv, Mw, slots, x[1:], k, scratch)
+    _row_dots(Mi, Mv, Mw, slots, k, scratch, product[1:])
+    product[0] = np.sum(x[1 : k + 1])
+    for i in range(k):
+        product[i + 1] += x[0]
+    scratch[:] = 0.0
+    error = 0.0
+    for i in range(k + 1):
+        error += (product[i] - b[i]) ** 2
+    return np.sqrt(error / _dot(b[: k + 1], b[: k + 1]))
+
+
+@nb.njit(cache=True, nogil=True)
+def _largest_score(Mi, Mv, Mw, slots, theta, k, u, products):
+    """The largest score ``theta_i - <m_i, u>`` of an active structure at the point ``u``
+    (all are equal at an exact solution); ``products`` (size k) is scratch."""
+    _row_dots(Mi, Mv, Mw, slots, k, u, products)
+    largest = -np.inf
+    for i in range(k):
+        largest = max(largest, theta[i] - products[i])
+    return largest
 
 
 @nb.njit(cache=True, nogil=True)
@@ -566,12 +672,16 @@ def _solve_one(
     """Active-set SparseMAP of one example, MAP calls to the oracle at address ``oracle``
     included, in the oracle's ``order`` of the unary part (empty: the flat order) until the end.
 
-    It stops once the gap is within ``tol``. With ``exact``, it goes on to the active
-    set's finite termination: the MAP structure adds nothing, being active or in the
-    affine hull of the active structures (then its gap is zero in exact arithmetic),
-    or its gap is rounding error (``ROUNDING_GAP``). Only that support spans the
-    face of the solution, which the Jacobian projects on; a problem stopped by
-    ``max_iter`` between ``tol`` and termination gets ``TOL_REACHED``."""
+    It stops once the gap is within ``tol``. With ``exact``, it goes on until the support
+    spans the face of the solution, which the Jacobian projects on: the MAP structure
+    adds nothing, being active or in the affine hull of the active structures (then its
+    gap is zero in exact arithmetic), or its gap is rounding error (``ROUNDING_GAP``);
+    and the face certificate holds (``_CERTIFICATE_STEP``): the MAP structures at the
+    scores moved by +-r, r random and orthogonal to the hull, are in the hull too.
+    Structures of the face have equal scores, so the oracle's tie-breaking alone can
+    return the same few of them over and over while others, needed to span the face,
+    are never returned; the perturbation reaches them. A problem stopped by ``max_iter``
+    between ``tol`` and termination gets ``TOL_REACHED``."""
     map_oracle = oracle_at(oracle)
     if order.shape[0] > 0:
         eta_u = eta_u[order]
@@ -607,8 +717,16 @@ def _solve_one(
     checked = True
     # Whether the point was refined since the active set last changed (exact only).
     refined = False
+    # The face certificate: the sign of the perturbation r of the scores (0: none), and
+    # how many times r was shrunk.
+    sign, shrinks, r, reference = 0, 0, np.zeros(du), 0.0
+    # The hash of the structure that entered last.
+    entered = np.int64(0)
     for iteration in range(max_iter):
         u_squared = _linearize(eta_u, u, iterate)
+        if sign != 0:
+            for j in range(du):
+                iterate[j] += sign * r[j]
         count_u, count_v = map_oracle(
             iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
         )
@@ -621,6 +739,7 @@ def _solve_one(
         scale = max(1.0, abs(linear - 0.5 * u_squared))
         if gap <= tol * scale:
             status = TOL_REACHED
+        slack = _WEIGHT_SLACK if exact and status == TOL_REACHED else 0.0
         code_hash = _code_hash(code)
         active = _find(Cb, Ch, slots, k, code, code_hash) >= 0
         tied = False
@@ -648,27 +767,65 @@ def _solve_one(
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
             schur = _schur(kinv, k, m_squared, border, work[_W])
-            if schur <= _AFFINE_TOL * max(1.0, m_squared):
+            if schur <= (_VERIFY_TOL if slack > 0.0 else _AFFINE_TOL) * max(1.0, m_squared):
+                if slack > 0.0 and _inverse_drift(Mi, Mv, Mw, slots, kinv, k, scratch, work) > _REFINE_DRIFT:
+                    # The measurement refines with K^{-1}: rebuild it first if it drifted.
+                    _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch)
+                    _solution(kinv, k, theta, work[_SOLUTION])
+                    schur = _schur(kinv, k, m_squared, border, work[_W])
                 schur = _hull_distance(
                     Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, work[_W], m, work
                 )
             # In the active set's affine hull: it adds nothing to the Jacobian.
             tied = exact and status == TOL_REACHED and schur <= _AFFINE_TOL * max(1.0, m_squared)
+            # Entered last time and left at once: numerically in the hull (the KKT solve
+            # cannot tell its weight from zero), and entering it again would cycle.
+            tied = tied or (exact and status == TOL_REACHED and code_hash == entered)
+        if sign != 0:  # a MAP call of the face certificate
+            if active or tied:
+                if sign > 0:
+                    sign = -1
+                    continue
+                status = CONVERGED
+                break
+            face_gap = score - _sparse_dot(m_indices, m_values, count_u, u) - reference
+            if face_gap < -_FACE_GAP * scale:  # off the face: r was too long
+                shrinks += 1
+                if shrinks > _CERTIFICATE_SHRINKS:
+                    break
+                for j in range(du):
+                    r[j] *= 0.1
+                continue
+            sign = 0  # a structure of the face outside the hull: it enters below
         # Terminated: within the tolerance, or (exact) no structure outside the support's
         # affine hull improves.
-        if gap <= finish_tol * scale or (status == TOL_REACHED and (active or tied)):
-            if exact and not refined:
-                # Decide on gaps that are exact to rounding: refine the point and, unless
-                # it was already exact to rounding, ask the oracle again.
-                accurate = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) <= _ROUNDING_RESIDUAL
-                for _ in range(REFINEMENTS - 1):
-                    _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+        elif gap <= finish_tol * scale or (status == TOL_REACHED and (active or tied)):
+            if exact:
+                # Decide on gaps that are exact to rounding: refine the point and, unless it
+                # was already exact to rounding (or refined before), ask the oracle again;
+                # then the face certificate.
                 size = k
-                k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(False))
+                residual = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+                accurate = residual <= _ROUNDING_RESIDUAL
+                for _ in range(REFINEMENTS - 1):
+                    if _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) > max(
+                        residual, _ROUNDING_RESIDUAL
+                    ):
+                        # Diverging: K^{-1} drifted too far to refine with; rebuild it.
+                        _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
+                        break
+                k = _solve_relaxed(
+                    Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(False), slack
+                )
+                if (accurate or refined) and k == size:
+                    if not _certificate_direction(
+                        Mi, Mv, Mw, slots, kinv, k, calls, _CERTIFICATE_STEP * scale, r, work
+                    ):
+                        status = CONVERGED
+                        break
+                    sign, shrinks = 1, 0
+                    reference = _largest_score(Mi, Mv, Mw, slots, theta, k, u, work[_PRODUCTS])
                 refined = True
-                if accurate and k == size:
-                    status = CONVERGED
-                    break
                 continue
             if (
                 checked
@@ -678,7 +835,7 @@ def _solve_one(
                 break
             # The unchecked point is off: rebuild the inverse and solve again.
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
-            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(True))
+            k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(True), slack)
             checked = True
             continue
         if active:
@@ -710,9 +867,19 @@ def _solve_one(
             Ni, Nv = _store_row(Ni, Nv, Nw, row, n_indices, n_values, count_v)
             _copy_into(code.reshape((1, -1)), Cb[row:])  # Cb[row] = code
             Ch[row] = code_hash
+            entered = code_hash
         checked = iteration % _CHECK_EVERY == _CHECK_EVERY - 1
         refined = False
-        k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked)
+        k = _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, checked, slack)
+    if (
+        exact
+        and status == CONVERGED
+        and _inverse_drift(Mi, Mv, Mw, slots, kinv, k, scratch, work) > _DRIFT_TOL
+    ):
+        # The Jacobian's K^{-1} from scratch: the rank-one updates drift (up to 1e-4
+        # relative on trees of 50 words), while an LU inverse of the affinely independent
+        # support errs by cond(K) times rounding.
+        _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch)
     v = np.zeros(dv)
     _combine(Ni, Nv, Nw, slots, y, k, v)
     objective = _dot(eta_u, u) + _dot(eta_v, v) - 0.5 * _dot(u, u)

@@ -37,11 +37,11 @@ METHODS = {
     "pairwise_frank_wolfe": functools.partial(FrankWolfeSolver, variant="pairwise"),
 }
 
-# Default limit on MAP calls. Exact termination on trees of n words with N(0, 1) scores takes
-# about 3n calls up to n = 80 (240, at most 435, at n = 80), 380 (at most 1000+) at n = 100,
-# and 700-2500 at n = 150 (13 of 32 within this limit; benchmarks/bench_sizes.py); scores
-# of trained models need far fewer. Up to 150 on near-zero scores of an 8x5 tagger.
-DEFAULT_MAX_ITER = 1000
+# Default limit on MAP calls. Exact termination (with the face certificate) on trees of n
+# words with N(0, 1) scores takes about 3n calls at n = 100 (283-334), 3.5n at n = 150
+# (510-686), 4n at n = 200 (about 800) and 4.3n at n = 300 (1,267-1,316); scores of trained
+# models need far fewer. The limit covers dense scores up to about 500 words.
+DEFAULT_MAX_ITER = 2500
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,7 +120,7 @@ def solve(
         tol: stop when the Wolfe gap is at most ``tol * max(1, |objective|)``; a finite
             number >= 0 (default 1e-6).
         max_iter: maximum number of MAP calls after the warm start, an integer >= 1
-            (default 1000).
+            (default 2500).
         exact_jacobian: (active set) once the gap is within ``tol``, go on to the
             active set's finite termination: the MAP structure adds nothing to the
             support (it is active or in the affine hull of the active structures),

@@ -45,7 +45,7 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
         tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0
             (default 1e-6).
-        max_iter: maximum MAP calls per example, an integer >= 1 (default 1000).
+        max_iter: maximum MAP calls per example, an integer >= 1 (default 2500).
         exact_jacobian: run the active set to its finite termination, so that the
             gradient is the exact Jacobian product (default); False stops at
             ``tol``, a few MAP calls cheaper, with an approximate gradient.

@@ -436,7 +436,7 @@ class SparseMAPLoss(_SparseMAPLossBase):
         method: ``"active_set"`` (default) or a Frank-Wolfe variant.
         tol: relative Wolfe-gap tolerance of the solver, a finite number >= 0
             (default 1e-6).
-        max_iter: maximum MAP calls per example, an integer >= 1 (default 1000).
+        max_iter: maximum MAP calls per example, an integer >= 1 (default 2500).
         reduction, name, dtype: as for ``keras.losses.Loss``.
         options: the solver settings as one
             :class:`keras_structured.engine.SolverOptions`, instead of ``method``,

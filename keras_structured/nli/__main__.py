@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-iter",
         type=_AT_LEAST_ONE,
         default=None,
-        help="most MAP calls per SparseMAP problem (None: 1000)",
+        help="most MAP calls per SparseMAP problem (None: the library's default, 2500)",
     )
     train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
     train.add_argument(

@@ -182,7 +182,7 @@ def sparsemap(
         method: ``"active_set"`` (default) or a Frank-Wolfe variant, see
             :func:`keras_structured.engine.solve`.
         tol: relative Wolfe-gap tolerance, a finite number >= 0 (default 1e-6).
-        max_iter: maximum MAP calls after the warm start, an integer >= 1 (default 1000).
+        max_iter: maximum MAP calls after the warm start, an integer >= 1 (default 2500).
         exact_jacobian: (active set) run the solver on past ``tol`` to its finite
             termination, so that the gradient is the exact Jacobian product (the
             default); False stops at ``tol``, a few MAP calls cheaper, with a
