@@ -23,10 +23,18 @@ from keras_structured._validation import check_integer, check_number
 __all__ = ["integer", "number"]
 
 
-def _option_type(check: Callable[[str], float | int], name: str) -> Callable[[str], float | int]:
+def _option_type(
+    cast: Callable[[str], float | int], check: Callable[..., float | int], name: str, **bounds
+) -> Callable[[str], float | int]:
+    """The ``argparse`` type that casts the option's text and checks it with ``check``."""
+
     def parse(text: str) -> float | int:
         try:
-            return check(text)
+            value = cast(text)
+        except ValueError:
+            value = text  # refused by the check, with its requirement
+        try:
+            return check("value", value, **bounds)
         except ValueError as error:
             message = str(error).split(". Received:")[0].removeprefix("value ")
             raise argparse.ArgumentTypeError(f"{message}. Received: {text!r}") from None
@@ -50,22 +58,15 @@ def number(
     Returns:
         A function from the option's text to a ``float``.
     """
-
-    def check(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = text
-        return check_number(
-            "value",
-            value,
-            minimum=minimum,
-            maximum=maximum,
-            open_minimum=open_minimum,
-            open_maximum=open_maximum,
-        )
-
-    return _option_type(check, "number")
+    return _option_type(
+        float,
+        check_number,
+        "number",
+        minimum=minimum,
+        maximum=maximum,
+        open_minimum=open_minimum,
+        open_maximum=open_maximum,
+    )
 
 
 def integer(minimum: int | None = None) -> Callable[[str], int]:
@@ -77,12 +78,4 @@ def integer(minimum: int | None = None) -> Callable[[str], int]:
     Returns:
         A function from the option's text to an ``int``.
     """
-
-    def check(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = text
-        return check_integer("value", value, minimum=minimum)
-
-    return _option_type(check, "integer")
+    return _option_type(int, check_integer, "integer", minimum=minimum)
