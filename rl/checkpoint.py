@@ -3,8 +3,8 @@
 * ``weights.npz``: arrays only, read with ``allow_pickle=False``: the variable groups
   (networks, optimizer slots) as ``{group}/{index}`` and running statistics (observation
   normaliser, return scaler) as ``{name}/{key}`` (:func:`flatten_arrays`);
-* ``state.json``: the format version, the trainer's counters and RNG state (plain JSON values)
-  and the SHA-256 of the two other files, computed when they were written;
+* ``state.json``: the format version, the trainer's counters, RNG state and the run's settings
+  (plain JSON values) and the SHA-256 of the two other files, computed when they were written;
 * ``resume_state.pkl``: what only an exact resume needs and only pickle can hold (the
   environments' internals: physics, wrappers, RNGs).
 
@@ -13,16 +13,20 @@ Evaluating, exporting or plotting a run reads ``weights.npz`` and JSON only
 them. Only :func:`read_resume_state` (``python -m rl train --resume``) unpickles, and only after
 checking the format version and the SHA-256 recorded in ``state.json``: a truncated, corrupted
 or swapped file is refused with a :class:`CheckpointError` naming it. The hash is no defence
-against someone who edits both files, so resume only run directories you created.
+against someone who edits both files, so resume only run directories you created. The values of
+``state.json`` are data to validate like any input: :meth:`rl.algorithms.base.Trainer.restore`
+checks their types and ranges and their agreement with the checkpoint's name, its arrays and the
+run's config, and refuses a mismatch with a :class:`CheckpointError`.
 
 Checkpoints of the old format (``weights.npz`` and one ``state.pkl`` holding everything) are
 refused by every reader, since reading them means unpickling; ``python -m rl
 upgrade-checkpoint`` converts a run you created yourself.
 
 A checkpoint is written to a temporary directory and renamed, so a crash never leaves a
-partial one; the ``keep`` newest are kept. Checkpoints of a later iteration than the one
-being saved are another run's (or an abandoned continuation's) and are removed first, so that
-the checkpoint just written is always the newest and is never deleted by the retention.
+partial one, and nothing is written through a symlink (:mod:`keras_structured.run_directory`);
+the ``keep`` newest are kept. Checkpoints of a later iteration than the one being saved are
+another run's (or an abandoned continuation's) and are removed first, so that the checkpoint
+just written is always the newest and is never deleted by the retention.
 
 Importing this module does not import TensorFlow (the CLI reads run directories before it).
 """
@@ -55,8 +59,9 @@ _PATTERN = re.compile(r"^iter_(\d{6})$")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is not read: old format, unknown version, or a file that is missing or
-    does not match its recorded SHA-256. The message names the file."""
+    """A checkpoint that is not read: old format, unknown version, a file that is missing or
+    does not match its recorded SHA-256, or values that do not match the checkpoint or the run.
+    The message names the file."""
 
 
 def checkpoint_dirs(logdir: str | Path) -> list[Path]:
@@ -68,8 +73,37 @@ def checkpoint_dirs(logdir: str | Path) -> list[Path]:
 
 
 def checkpoint_iteration(checkpoint: str | Path) -> int:
-    """The iteration of a checkpoint directory ``iter_NNNNNN``."""
-    return int(_PATTERN.match(Path(checkpoint).name).group(1))
+    """The iteration of a checkpoint directory ``iter_NNNNNN``.
+
+    Raises:
+        CheckpointError: the directory's name is not ``iter_NNNNNN``.
+    """
+    match = _PATTERN.match(Path(checkpoint).name)
+    if match is None:
+        raise CheckpointError(
+            f"A checkpoint directory is named iter_NNNNNN after its iteration (six digits). "
+            f"Received: {str(checkpoint)!r}"
+        )
+    return int(match.group(1))
+
+
+def inconsistent_state(checkpoint: Path, requirement: str, received: str) -> CheckpointError:
+    """The error for a value of ``checkpoint``'s ``state.json`` that is not that of a checkpoint
+    of the run restoring it.
+
+    Args:
+        checkpoint: the checkpoint directory.
+        requirement: what the value must be (``"iteration must be 3 ..."``).
+        received: the value found (``"iteration=2"``).
+
+    Returns:
+        The error, naming the file, the requirement and the value.
+    """
+    return CheckpointError(
+        f"{str(checkpoint / STATE_FILE)!r} does not match its checkpoint or this run (it was edited, "
+        f"or copied from another run), so the checkpoint is not restored: {requirement}. "
+        f"Received: {received}"
+    )
 
 
 def variable_arrays(variables: dict[str, list[tf.Variable]]) -> dict[str, np.ndarray]:
@@ -129,16 +163,20 @@ def write_checkpoint_files(
     directory: Path, arrays: dict[str, np.ndarray], state: dict, resume_state: object
 ) -> None:
     """Writes ``weights.npz``, ``resume_state.pkl`` and, last, ``state.json`` with their SHA-256
-    into ``directory`` (see :func:`save_checkpoint` for the arguments)."""
-    np.savez(directory / WEIGHTS_FILE, **arrays)
-    with (directory / RESUME_FILE).open("wb") as f:
-        pickle.dump(resume_state, f)
+    into ``directory``, each whole and never through a symlink (see :func:`save_checkpoint` for
+    the arguments)."""
+    # Imported here: importing keras_structured imports TensorFlow, which the command line
+    # avoids until it trains.
+    from keras_structured.run_directory import save_file, write_bytes, write_json
+
+    save_file(directory / WEIGHTS_FILE, lambda path: np.savez(path, **arrays))
+    write_bytes(directory / RESUME_FILE, pickle.dumps(resume_state))
     metadata = {
         "format_version": FORMAT_VERSION,
         "sha256": {name: _sha256(directory / name) for name in (WEIGHTS_FILE, RESUME_FILE)},
         "state": state,
     }
-    (directory / STATE_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+    write_json(directory / STATE_FILE, metadata)
 
 
 def save_checkpoint(
@@ -162,8 +200,9 @@ def save_checkpoint(
     Returns:
         The checkpoint directory.
     """
-    root = Path(logdir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
+    from keras_structured.run_directory import make_directory  # see write_checkpoint_files
+
+    root = make_directory(Path(logdir) / "checkpoints")
     final = root / f"iter_{iteration:06d}"
     tmp = root / f".tmp_iter_{iteration:06d}"
     shutil.rmtree(tmp, ignore_errors=True)

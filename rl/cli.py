@@ -1,7 +1,9 @@
 """Command line: ``python -m rl {train, evaluate, export, plot, fields}`` (see ``python -m rl --help``).
 
-Arguments are parsed and the configuration validated before TensorFlow is imported, so
-``--help``, ``fields`` and configuration errors answer at once.
+``--help``, ``fields`` and configuration errors answer without importing TensorFlow, unless a
+numeric option is given: :mod:`keras_structured.command_line` checks those when they are
+parsed, and importing keras_structured imports TensorFlow. ``train`` holds a lock on its run
+directory while it reads and writes it: a second process is refused, naming the first.
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ import re
 import sys
 import textwrap
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
-from rl.config import ALGORITHMS, TUNED_ENVS, VECTOR_KINDS, TrainConfig, default_config, field_docs
+from rl.config import (
+    ALGORITHMS,
+    RESUMABLE_FIELDS,
+    TUNED_ENVS,
+    VECTOR_KINDS,
+    TrainConfig,
+    default_config,
+    field_docs,
+)
 from rl.run_dir import check_new_run, clear_run, last_row, newest_iteration
+
+if typing.TYPE_CHECKING:
+    from keras_structured.run_directory import RunLock
 
 _FIELD_TYPES = typing.get_type_hints(TrainConfig)
 
@@ -34,10 +48,6 @@ Projected policy iteration (Akrour et al. 2019) and a PPO-clip baseline.
   fields    the configuration fields that --set accepts, with defaults and meanings
 
 Run "python -m rl COMMAND --help" for the options of a command."""
-
-#: the config fields a resumed run may change: its step budget, and how the envs are stepped
-#: (sync and async vector envs give the same results).
-_RESUMABLE_FIELDS = ("total_steps", "vector")
 
 
 def _parse_override(text: str) -> tuple[str, object]:
@@ -59,6 +69,21 @@ def _parse_override(text: str) -> tuple[str, object]:
         if kind == candidate or kind == (candidate | None):
             return name, candidate(raw)
     raise ValueError(f"Cannot parse {name}={raw!r}")
+
+
+def _option_type(name: str, **bounds: float) -> Callable[[str], float | int]:
+    """The ``argparse`` type ``keras_structured.command_line.{name}(**bounds)``: a value that
+    cannot work is refused when parsed, naming the option. Imported when an option is parsed,
+    since importing keras_structured imports TensorFlow, which ``--help`` and ``fields`` do
+    without."""
+
+    def parse(text: str) -> float | int:
+        from keras_structured import command_line
+
+        return getattr(command_line, name)(**bounds)(text)
+
+    parse.__name__ = name
+    return parse
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -119,15 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--algo", default="projected", choices=ALGORITHMS, action=_Given, help="algorithm")
     train.add_argument(
         "--steps",
-        type=int,
+        type=_option_type("integer", minimum=1),
         default=TrainConfig.total_steps,
         action=_Given,
         help="environment steps, rounded up to whole batches of num_envs * num_steps; with "
         "--resume, the new step budget of the run",
     )
-    train.add_argument("--seed", type=int, default=0, action=_Given, help="seed of networks, numpy and envs")
     train.add_argument(
-        "--num-envs", type=int, default=None, action=_Given, help="parallel envs (default: per env family)"
+        "--seed",
+        type=_option_type("integer", minimum=0),
+        default=0,
+        action=_Given,
+        help="seed of networks, numpy and envs",
+    )
+    train.add_argument(
+        "--num-envs",
+        type=_option_type("integer", minimum=1),
+        default=None,
+        action=_Given,
+        help="parallel envs (default: per env family)",
     )
     train.add_argument(
         "--vector",
@@ -155,14 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--kl-bound",
-        type=float,
+        type=_option_type("number", minimum=0, open_minimum=True),
         default=None,
         action=_Given,
         help="KL trust region eps (default: per env family)",
     )
     train.add_argument(
         "--entropy-bound",
-        type=float,
+        type=_option_type("number"),
         default=None,
         action=_Given,
         help="initial entropy lower bound in nats (default: none until the entropy halves)",
@@ -187,8 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--checkpoint", required=True, help="a run directory (its newest checkpoint) or a checkpoint"
     )
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes per mode")
-    evaluate.add_argument("--seed", type=int, default=10_000, help="seed of the first evaluation episode")
+    evaluate.add_argument(
+        "--episodes", type=_option_type("integer", minimum=1), default=10, help="episodes per mode"
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=_option_type("integer", minimum=0),
+        default=10_000,
+        help="seed of the first evaluation episode",
+    )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
     export = commands.add_parser(
@@ -279,7 +321,7 @@ def _resume_config(args: argparse.Namespace) -> TrainConfig:
     changed = [
         f"{name}={value!r} (the run has {getattr(config, name)!r})"
         for name, value in requested.items()
-        if name not in _RESUMABLE_FIELDS and value != getattr(config, name)
+        if name not in RESUMABLE_FIELDS and value != getattr(config, name)
     ]
     if changed:
         raise ValueError(
@@ -288,7 +330,7 @@ def _resume_config(args: argparse.Namespace) -> TrainConfig:
             "(another --logdir, or --overwrite) to change them."
         )
     config.logdir = args.logdir
-    for name in _RESUMABLE_FIELDS:
+    for name in RESUMABLE_FIELDS:
         if name in requested:
             setattr(config, name, requested[name])
     config.validate()
@@ -307,6 +349,14 @@ def _summary(logdir: str, step: int | None, episodic_return: float | None) -> st
 
 def _train(args: argparse.Namespace) -> None:
     config = _train_config(args)  # validated before TensorFlow is even imported
+    from keras_structured.run_directory import RunLock
+
+    with RunLock(config.logdir) as lock:  # before reading the run: another process may be writing it
+        _train_locked(args, config, lock)
+
+
+def _train_locked(args: argparse.Namespace, config: TrainConfig, lock: RunLock) -> None:
+    """Trains, resumes or overwrites the run of ``config`` while this process holds ``lock``."""
     if args.resume:
         iteration = newest_iteration(config.logdir)
         if iteration is None:
@@ -324,17 +374,17 @@ def _train(args: argparse.Namespace) -> None:
             print(_summary(config.logdir, step, episodic_return))
             return
     else:
-        check_new_run(config.logdir, args.overwrite)  # refuses before TensorFlow is imported
+        check_new_run(config.logdir, args.overwrite)
     from rl.algorithms import make_trainer
     from rl.checkpoint import resolve_checkpoint
 
     trainer = make_trainer(config, verbose=not args.quiet)  # may still refuse the config
-    if args.resume:
-        trainer.restore(resolve_checkpoint(config.logdir))
-    elif args.overwrite:
-        clear_run(config.logdir)
     try:
-        row = trainer.train()
+        if args.resume:
+            trainer.restore(resolve_checkpoint(config.logdir))
+        elif args.overwrite:
+            clear_run(config.logdir)
+        row = trainer.train(lock)
     finally:
         trainer.close()
     print(_summary(config.logdir, row.get("global_step"), row.get("charts/episodic_return")))
@@ -354,8 +404,6 @@ def _fields(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from rl.evaluation import evaluate
 
-    if args.episodes <= 0:
-        raise ValueError(f"--episodes must be positive. Received: {args.episodes}")
     results = evaluate(args.checkpoint, args.episodes, args.seed)
     if args.json:
         print(json.dumps(results))
@@ -386,8 +434,23 @@ def _plot(args: argparse.Namespace) -> None:
     print(plot(args.runs, args.output, args.key))
 
 
+def _exit_status(error: Exception) -> int | None:
+    """The exit status of a command stopped by ``error``: 2 for input that cannot work (options,
+    configuration, run directory, checkpoint), 1 for a run that diverged, ``None`` for a bug."""
+    if isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
+        return 2
+    from keras_structured.divergence import DivergenceError
+    from keras_structured.run_directory import RunLockedError, UnsafePathError
+
+    if isinstance(error, (RunLockedError, UnsafePathError)):
+        return 2
+    return 1 if isinstance(error, DivergenceError) else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Runs the command; configuration errors exit with status 2 and a one-line message."""
+    """Runs the command. Input that cannot work (options, configuration, run directory,
+    checkpoint) exits with status 2, a run that diverged with status 1, each with a one-line
+    message."""
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {
@@ -401,8 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     command = commands[args.command]
     try:
         command(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        parser.exit(2, f"python -m rl {args.command}: error: {error}\n")
+    except Exception as error:
+        status = _exit_status(error)
+        if status is None:
+            raise
+        parser.exit(status, f"python -m rl {args.command}: error: {error}\n")
     return 0
 
 

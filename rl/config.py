@@ -32,6 +32,11 @@ ACTIVATIONS = ("tanh", "relu")
 
 VECTOR_KINDS = ("sync", "async")
 
+#: the config fields a resumed run may change: its step budget, and how the envs are stepped
+#: (sync and async vector envs give the same results). Its ``logdir`` may change too (a run
+#: directory may be moved).
+RESUMABLE_FIELDS = ("total_steps", "vector")
+
 #: the environments the family defaults were tuned on (and the benchmark judges).
 TUNED_ENVS = (
     "CartPole-v1",
@@ -183,6 +188,17 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer. Received: {name}={value!r}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:  # numpy's global seed
+            raise ValueError(f"seed must be an integer in [0, 2**32). Received: seed={self.seed!r}")
+        if not isinstance(self.obs_norm_warmup_steps, int) or self.obs_norm_warmup_steps < 0:
+            raise ValueError(
+                "obs_norm_warmup_steps must be an integer >= 0. "
+                f"Received: obs_norm_warmup_steps={self.obs_norm_warmup_steps!r}"
+            )
+        if not all(isinstance(width, int) and width > 0 for width in self.hidden_sizes):
+            raise ValueError(
+                f"hidden_sizes must be positive integers. Received: hidden_sizes={self.hidden_sizes!r}"
+            )
         for name in ("kl_bound", "policy_lr", "value_lr", "init_std", "max_grad_norm", "clip_coef"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
@@ -219,9 +235,25 @@ class TrainConfig:
         """The config as a JSON object (tuples become lists)."""
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
+    def settings(self) -> dict[str, object]:
+        """The settings a run keeps for its whole life, as JSON values: every field but
+        :data:`RESUMABLE_FIELDS` and ``logdir`` (checkpoints record them)."""
+        values = json.loads(self.to_json())
+        for name in (*RESUMABLE_FIELDS, "logdir"):
+            del values[name]
+        return values
+
     def save(self, path: str | Path) -> None:
-        """Writes :meth:`to_json` to ``path``."""
-        Path(path).write_text(self.to_json() + "\n")
+        """Writes :meth:`to_json` to ``path`` whole, never through a symlink.
+
+        Raises:
+            UnsafePathError: ``path`` or its folder is a symlink.
+        """
+        # Imported here: importing keras_structured imports TensorFlow, which the command line
+        # avoids until it trains.
+        from keras_structured.run_directory import write_text
+
+        write_text(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
@@ -333,6 +365,7 @@ def default_config(env_id: str, algo: str = "projected", **overrides) -> TrainCo
 
 __all__ = [
     "ALGORITHMS",
+    "RESUMABLE_FIELDS",
     "SHORT_EPISODE_STEPS",
     "TUNED_ENVS",
     "VECTOR_KINDS",

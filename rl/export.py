@@ -20,6 +20,7 @@ from pathlib import Path
 
 import keras
 
+from keras_structured.run_directory import make_directory, save_file
 from rl.evaluation import load_policy
 from rl.normalization import RunningMeanStd
 from rl.policies import Policy
@@ -66,10 +67,11 @@ def export_policy(checkpoint: str | Path, output: str | Path) -> Path:
         output: the model file; its name must end in ``.keras``.
 
     Returns:
-        The path written.
+        The path written (whole: a temporary file renamed over it).
 
     Raises:
         ValueError: ``output`` does not end in ``.keras``.
+        UnsafePathError: ``output`` or its folder is a symlink (nothing is written through it).
         CheckpointError: see :func:`~rl.evaluation.load_policy`.
 
     Example (a run trained with ``python -m rl train --logdir runs/rl/cp``)::
@@ -84,6 +86,6 @@ def export_policy(checkpoint: str | Path, output: str | Path) -> Path:
             f"The exported model's file name must end in .keras. Received: output={str(output)!r}"
         )
     _, policy, obs_rms = load_policy(checkpoint)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    policy_model(policy, obs_rms).save(output)
+    make_directory(output.parent)
+    save_file(output, policy_model(policy, obs_rms).save)
     return output

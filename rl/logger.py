@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import csv
+import io
+import itertools
 import math
+import os
 from pathlib import Path
 
 from keras_structured._tensorboard import ScalarWriter
+from keras_structured.run_directory import open_for_appending, write_csv
+from rl.checkpoint import CheckpointError
+from rl.run_dir import read_rows
 
 #: columns of ``progress.csv``, one row per update (NaN / empty where not applicable).
 COLUMNS = (
@@ -72,14 +78,28 @@ class _Bar:
 class Logger:
     """Writes one row per iteration to ``{logdir}/progress.csv`` and TensorBoard scalars.
 
+    ``progress.csv`` is written whole (a temporary file renamed over it) when the logger
+    starts: its header and, when resuming, the rows kept. Each later row is appended and
+    flushed to disk before the iteration's checkpoint is written, so a crash never loses a
+    checkpointed iteration's row; at worst it cuts the last row short, which readers leave
+    out (:func:`rl.run_dir.read_rows`). Rewriting the whole file at every row would cost time
+    quadratic in the iterations (0.18 s a row at 10,000 rows, against 0.2 ms to append).
+
     Args:
         logdir: run directory.
-        resume_iteration: when resuming, rows after this iteration are dropped from an
-            existing CSV (so it matches an uninterrupted run); ``None`` starts a new CSV. The
-            TensorBoard events are rewritten from the rows kept (one new event file, the old
-            ones deleted), so a run resumed after a crash shows each step once, as in
-            ``progress.csv``; the replayed events carry the time of the resume.
+        resume_iteration: when resuming, the iteration of the checkpoint: the rows of
+            iterations 1 to it are kept (:func:`resumed_rows`), later ones dropped, so that the
+            CSV matches an uninterrupted run; ``None`` starts a new CSV. The TensorBoard events
+            are rewritten from the rows kept (one new event file, the old ones deleted), so a run
+            resumed after a crash shows each step once, as in ``progress.csv``; the replayed
+            events carry the time of the resume.
         total_steps: target of the progress bar; ``None`` disables the bar.
+        initial_step: the step the bar starts from.
+
+    Raises:
+        CheckpointError: when resuming, ``progress.csv`` lacks a row of the checkpoint's
+            iterations (nothing is written).
+        UnsafePathError: ``progress.csv`` is a symlink (nothing is written).
     """
 
     def __init__(
@@ -90,15 +110,9 @@ class Logger:
         initial_step: int = 0,
     ):
         self.path = Path(logdir) / "progress.csv"
-        rows = []
-        if resume_iteration is not None and self.path.exists():
-            with self.path.open(newline="") as f:
-                rows = [row for row in csv.DictReader(f) if int(row["iteration"]) <= resume_iteration]
-        self._file = self.path.open("w", newline="")
-        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS)
-        self._writer.writeheader()
-        self._writer.writerows(rows)
-        self._file.flush()
+        rows = [] if resume_iteration is None else resumed_rows(logdir, resume_iteration)
+        write_csv(self.path, COLUMNS, [[row.get(key, "") for key in COLUMNS] for row in rows])
+        self._file = open_for_appending(self.path)
         kept = [(int(row["global_step"]), _scalars(row)) for row in rows]
         self._summary = ScalarWriter(logdir, rewrite=kept if resume_iteration is not None else None)
         self._bar = _Bar(total_steps, initial_step) if total_steps else None
@@ -109,8 +123,11 @@ class Logger:
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise KeyError(f"Unknown metric keys {sorted(unknown)}; add them to COLUMNS")
-        self._writer.writerow({key: _format(row.get(key, math.nan)) for key in COLUMNS})
+        line = io.StringIO()
+        csv.writer(line).writerow([_format(row.get(key, math.nan)) for key in COLUMNS])
+        self._file.write(line.getvalue().encode("utf-8"))
         self._file.flush()
+        os.fsync(self._file.fileno())
         step = int(row["global_step"])
         self._summary.write(step, _scalars(row))
         if not math.isnan(row.get("charts/episodic_return", math.nan)):
@@ -133,7 +150,38 @@ def _scalars(row: dict) -> dict:
     return {key: value for key, value in row.items() if key not in ("global_step", "iteration")}
 
 
+def resumed_rows(logdir: str | Path, iteration: int) -> list[dict[str, str]]:
+    """The ``progress.csv`` rows that a run resumed from a checkpoint of ``iteration`` keeps: its
+    first ``iteration`` rows, which must be those of iterations 1 to ``iteration``, in order.
+
+    Args:
+        logdir: the run directory.
+        iteration: the iteration of the checkpoint.
+
+    Returns:
+        The rows, as strings.
+
+    Raises:
+        CheckpointError: a row is missing or out of place (the log was truncated, or written
+            by two processes at once): the run's log cannot be continued.
+        FileNotFoundError: there is no ``progress.csv``.
+    """
+    kept = read_rows(logdir)[:iteration]
+    found = [row.get("iteration") for row in kept]
+    expected = [str(i) for i in range(1, iteration + 1)]
+    if found != expected:
+        row = next(i for i, (a, b) in enumerate(itertools.zip_longest(found, expected)) if a != b)
+        received = f"iteration={found[row]!r} in row {row + 1}" if row < len(found) else f"{row} row(s)"
+        raise CheckpointError(
+            f"{str(Path(logdir) / 'progress.csv')!r} must hold the rows of iterations 1 to {iteration}, "
+            f"in order, to resume the checkpoint of iteration {iteration}; it was truncated or written by "
+            f"two processes at once, so the run's log cannot be continued: train the run afresh. "
+            f"Received: {received}"
+        )
+    return kept
+
+
 def read_progress(logdir: str | Path) -> list[dict[str, float]]:
-    """Rows of ``{logdir}/progress.csv`` as floats (empty cells become NaN)."""
-    with (Path(logdir) / "progress.csv").open(newline="") as f:
-        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+    """Rows of ``{logdir}/progress.csv`` as floats (empty cells become NaN; a last row cut short
+    by a crash is left out)."""
+    return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in read_rows(logdir)]

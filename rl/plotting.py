@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_structured.run_directory import make_directory, save_file
 from rl.logger import read_progress
 
 _SEED_SUFFIX = re.compile(r"[_\-]+s(eed)?\d+$")
@@ -51,8 +52,17 @@ def learning_curves(
 def plot(run_dirs: list[str | Path], output: str | Path, key: str = "charts/episodic_return") -> Path:
     """Writes a PNG of ``key`` against ``global_step``: per group the seed mean and min-max band.
 
+    Args:
+        run_dirs: the run directories.
+        output: the PNG file, written whole (a temporary file renamed over it).
+        key: the ``progress.csv`` column.
+
+    Returns:
+        ``output``.
+
     Raises:
         ValueError: if no run has a value for ``key``.
+        UnsafePathError: ``output`` or its folder is a symlink (nothing is written through it).
     """
     import matplotlib
 
@@ -72,7 +82,9 @@ def plot(run_dirs: list[str | Path], output: str | Path, key: str = "charts/epis
     ax.grid(alpha=0.3)
     fig.tight_layout()
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120)
-    plt.close(fig)
+    make_directory(output.parent)
+    try:
+        save_file(output, lambda path: fig.savefig(path, dpi=120))
+    finally:
+        plt.close(fig)
     return output

@@ -5,14 +5,22 @@ A run writes ``config.json``, ``progress.csv``, TensorBoard event files
 there (a benchmark's logs and markers, say) are not the run's and are never touched.
 ``python -m rl train`` refuses a logdir that holds a run unless told to ``--resume`` it or to
 ``--overwrite`` it, so that the CSV, the event files and the checkpoints of a logdir always
-belong to one run. Importing this module does not import TensorFlow.
+belong to one run. The lock file ``.lock`` of the process writing the run
+(:class:`keras_structured.run_directory.RunLock`) is not part of it: ``--overwrite`` keeps it.
+
+``progress.csv`` grows by one row per iteration, appended; a row cut short by a crash while
+it was written is never read (:func:`read_rows`). Importing this module does not import
+TensorFlow.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 from rl.checkpoint import checkpoint_dirs, checkpoint_iteration
 from rl.config import TrainConfig
@@ -23,21 +31,33 @@ EVENTS_PATTERN = "events.out.tfevents.*"
 
 
 def run_files(logdir: str | Path) -> list[Path]:
-    """The files and folders of a run present in ``logdir`` (empty when it holds none)."""
+    """The files and folders of a run present in ``logdir`` (symlinks too; empty when it holds none)."""
     logdir = Path(logdir)
     if not logdir.is_dir():
         return []
-    found = [logdir / name for name in RUN_FILES if (logdir / name).exists()]
+    found = [logdir / name for name in RUN_FILES if os.path.lexists(logdir / name)]
     return found + sorted(logdir.glob(EVENTS_PATTERN))
+
+
+def read_rows(logdir: str | Path) -> list[dict[str, str]]:
+    """The rows of ``{logdir}/progress.csv`` as strings.
+
+    A last row cut short by a crash (the file does not end with a line break) is left out:
+    its cells could read as other numbers (``10`` for ``1024``).
+
+    Raises:
+        FileNotFoundError: there is no ``progress.csv``.
+    """
+    with (Path(logdir) / "progress.csv").open(newline="", encoding="utf-8") as handle:
+        text = handle.read()
+    return list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1])))
 
 
 def last_row(logdir: str | Path, max_iteration: int | None = None) -> dict[str, str] | None:
     """The last ``progress.csv`` row (up to ``max_iteration``) as strings; ``None`` if none."""
-    path = Path(logdir) / "progress.csv"
-    if not path.is_file():
+    if not (Path(logdir) / "progress.csv").is_file():
         return None
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if max_iteration is None or int(r["iteration"]) <= max_iteration]
+    rows = [r for r in read_rows(logdir) if max_iteration is None or int(r["iteration"]) <= max_iteration]
     return rows[-1] if rows else None
 
 
@@ -61,31 +81,50 @@ def describe_run(logdir: str | Path) -> str:
     return "; ".join(parts)
 
 
-CLI_REMEDY = (
-    "Pass --resume to continue it, --overwrite to delete it and start afresh, or choose another --logdir."
+class Remedy(NamedTuple):
+    """What to do with a run found where a new one would start."""
+
+    resumable: str
+    """For a run with a checkpoint."""
+    incomplete: str
+    """For a run without one: its first iteration failed or was interrupted."""
+
+
+_INCOMPLETE = "The run is incomplete (its first iteration failed or was interrupted) and cannot be resumed: "
+CLI_REMEDY = Remedy(
+    "Pass --resume to continue it, --overwrite to delete it and start afresh, or choose another --logdir.",
+    _INCOMPLETE + "pass --overwrite to delete it and start afresh, or choose another --logdir.",
 )
-LIBRARY_REMEDY = (
+LIBRARY_REMEDY = Remedy(
     "Restore one of its checkpoints (trainer.restore) to continue it, delete it with "
-    "rl.run_dir.clear_run, or choose another logdir."
+    "rl.run_dir.clear_run, or choose another logdir.",
+    _INCOMPLETE + "delete it with rl.run_dir.clear_run, or choose another logdir.",
 )
 
 
-def check_new_run(logdir: str | Path, overwrite: bool, remedy: str = CLI_REMEDY) -> None:
+def check_new_run(logdir: str | Path, overwrite: bool, remedy: Remedy = CLI_REMEDY) -> None:
     """Checks that a new run may be trained into ``logdir`` (``overwrite``: a run there will
     be replaced, by :func:`clear_run`).
 
+    Args:
+        logdir: the run directory.
+        overwrite: whether a run in ``logdir`` will be deleted first.
+        remedy: what the message proposes, for a run with and without a checkpoint.
+
     Raises:
         FileExistsError: ``logdir`` holds a run and ``overwrite`` is false; the message names
-            the run and its step, then ``remedy``.
+            the run and its step, then the remedy.
     """
     if run_files(logdir) and not overwrite:
-        raise FileExistsError(f"{str(logdir)!r} already holds a run ({describe_run(logdir)}). {remedy}")
+        advice = remedy.resumable if checkpoint_dirs(logdir) else remedy.incomplete
+        raise FileExistsError(f"{str(logdir)!r} already holds a run ({describe_run(logdir)}). {advice}")
 
 
 def clear_run(logdir: str | Path) -> None:
-    """Deletes the run's files in ``logdir`` (:func:`run_files`); other files are kept."""
+    """Deletes the run's files in ``logdir`` (:func:`run_files`); other files, and the lock, are
+    kept. A symlink among them is removed, never followed."""
     for path in run_files(logdir):
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
@@ -102,10 +141,12 @@ __all__ = [
     "EVENTS_PATTERN",
     "LIBRARY_REMEDY",
     "RUN_FILES",
+    "Remedy",
     "check_new_run",
     "clear_run",
     "describe_run",
     "last_row",
     "newest_iteration",
+    "read_rows",
     "run_files",
 ]

@@ -12,6 +12,7 @@ executed policies on the batch states, log and checkpoint.
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -22,10 +23,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_structured.divergence import DivergenceError
+from keras_structured.run_directory import RunLock
 from rl.checkpoint import (
+    WEIGHTS_FILE,
+    CheckpointError,
     assign_variables,
     checkpoint_dirs,
+    checkpoint_iteration,
     flatten_arrays,
+    inconsistent_state,
     read_arrays,
     read_resume_state,
     read_state,
@@ -41,6 +48,12 @@ from rl.logger import Logger
 from rl.normalization import ReturnScaler, RunningMeanStd
 from rl.policies import NO_BOUND, Params, ValueNetwork, make_policy, preserve_first_layer
 from rl.run_dir import LIBRARY_REMEDY, check_new_run
+
+#: what usually makes a run diverge, for the messages.
+LIKELY_CAUSES = (
+    "a learning rate (policy_lr, value_lr) or max_grad_norm too large, or observations or rewards "
+    "too large or not finite (see normalize_obs and normalize_rewards)"
+)
 
 
 def adam(learning_rate: float, max_grad_norm: float) -> keras.optimizers.Adam:
@@ -140,23 +153,42 @@ class Trainer(abc.ABC):
             self._warm_up_obs_rms(config.obs_norm_warmup_steps)
 
     # ----------------------------------------------------------------------------------- loop
-    def train(self) -> dict[str, float]:
+    def train(self, lock: RunLock | None = None) -> dict[str, float]:
         """Trains until ``config.total_steps``; returns the last logged row.
 
+        The run directory is locked while training (:class:`~keras_structured.run_directory.RunLock`),
+        so that a second process cannot write it at the same time.
+
+        Args:
+            lock: a lock this process already holds on ``config.logdir`` (the command line takes
+                it before it reads or clears the run); ``None``: one is taken for this call.
+
         Raises:
+            RunLockedError: another process is writing ``config.logdir`` (nothing is written).
             FileExistsError: a trainer that was not restored from a checkpoint would train into
                 a logdir holding a run (its CSV, events and checkpoints would mix with this one's).
-            FloatingPointError: a loss or parameter became NaN/inf; names the iteration. The
-                checkpoints written so far are kept untouched.
+            CheckpointError: a restored trainer's logdir lacks the ``progress.csv`` rows of the
+                checkpoint's iterations (nothing is written).
+            DivergenceError: a loss, a weight, an optimizer state or a running statistic became
+                NaN or infinite; names the iteration. No checkpoint of it is written; those
+                written before are kept untouched.
         """
+        logdir = Path(self.config.logdir)
+        if lock is not None and not (lock.held and lock.logdir.resolve() == logdir.resolve()):
+            raise ValueError(
+                f"lock must be held on the run's logdir {str(logdir)!r}. "
+                f"Received: lock on {str(lock.logdir)!r} (held: {lock.held})"
+            )
+        with RunLock(logdir) if lock is None else contextlib.nullcontext():
+            return self._train(logdir)
+
+    def _train(self, logdir: Path) -> dict[str, float]:
+        """:meth:`train`, the run directory locked."""
         config = self.config
-        logdir = Path(config.logdir)
         resumed = self.iteration > 0
         if not resumed:
             check_new_run(logdir, overwrite=False, remedy=LIBRARY_REMEDY)
-        logdir.mkdir(parents=True, exist_ok=True)
-        config.save(logdir / "config.json")
-        logger = Logger(
+        logger = Logger(  # checks a resumed run's log before anything is written
             logdir,
             self.iteration if resumed else None,
             config.num_iterations * config.batch_size if self.verbose else None,
@@ -165,6 +197,7 @@ class Trainer(abc.ABC):
         start_time, start_step = time.perf_counter(), self.global_step
         row: dict[str, float] = {}
         try:
+            config.save(logdir / "config.json")
             while self.iteration < config.num_iterations:
                 self.iteration += 1
                 rollout = self._collect()
@@ -268,19 +301,12 @@ class Trainer(abc.ABC):
     # ------------------------------------------------------------------------------- update
     def _update(self, batch: Batch, entropy_bound: float | None) -> tuple[float, float]:
         """``update_epochs`` shuffled passes of minibatch Adam steps; returns the mean losses."""
-        n, size = self.config.batch_size, self.config.minibatch_size
-        num_minibatches = n // size
-        perms = np.stack(
-            [
-                self.rng.permutation(n)[: num_minibatches * size].reshape(num_minibatches, size)
-                for _ in range(self.config.update_epochs)
-            ]
-        )
+        perms = self._shuffled_minibatches(self.config.minibatch_size, self.config.update_epochs)
         bound = tf.constant(self._bound_value(entropy_bound), tf.float32)
         try:
             policy_loss, value_loss = self._train_epochs(batch, tf.constant(perms, tf.int32), bound)
         except tf.errors.InvalidArgumentError as error:
-            raise self._nan_error("the policy update (non-finite values)") from error
+            raise self._divergence("the policy update met non-finite values") from error
         return float(policy_loss), float(value_loss)
 
     def _train_epochs_impl(self, batch: Batch, perms: tf.Tensor, entropy_bound: tf.Tensor):
@@ -384,22 +410,31 @@ class Trainer(abc.ABC):
         row.update(extra)
         return row
 
-    def _nan_error(self, where: str) -> FloatingPointError:
+    def _divergence(self, what: str) -> DivergenceError:
+        """The error that stops a run at this iteration because ``what`` happened."""
         found = checkpoint_dirs(self.config.logdir)
         kept = str(found[-1]) if found else "none written yet"
-        return FloatingPointError(
-            f"NaN/inf in {where} at iteration {self.iteration}; training stopped. "
-            f"Last good checkpoint (kept): {kept}"
+        return DivergenceError(
+            f"Training diverged at iteration {self.iteration}: {what}. Training stopped and no "
+            f"checkpoint of this state was written; last good checkpoint (kept): {kept}. "
+            f"Likely cause: {LIKELY_CAUSES}."
         )
 
     def _check_finite(self, losses: dict[str, float]) -> None:
-        """Raises :meth:`_nan_error` if a loss or a network parameter is NaN or infinite."""
+        """Raises :meth:`_divergence` if a loss, or an array of the trainer's state, is NaN or
+        infinite."""
         for name, value in losses.items():
             if not math.isfinite(value):
-                raise self._nan_error(name)
-        for v in [*self.policy.variables, *self.value.variables]:
-            if not np.all(np.isfinite(v.numpy())):
-                raise self._nan_error(f"variable {v.path}")
+                raise self._divergence(f"{name} is {value}")
+        self._finite_arrays()
+
+    def _finite_arrays(self) -> dict[str, np.ndarray]:
+        """:meth:`_arrays` after checking that they are finite (else :meth:`_divergence`)."""
+        arrays = self._arrays()
+        for name, array in arrays.items():
+            if not np.all(np.isfinite(array)):
+                raise self._divergence(f"the array {name} is not finite")
+        return arrays
 
     # --------------------------------------------------------------------------- checkpoints
     def _variables(self) -> dict[str, list[tf.Variable]]:
@@ -416,39 +451,154 @@ class Trainer(abc.ABC):
         found = {"obs_rms": self.obs_rms, "reward_scaler": self.reward_scaler}
         return {name: statistics for name, statistics in found.items() if statistics is not None}
 
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of a checkpoint: :meth:`_variables` and :meth:`_statistics`."""
+        arrays = variable_arrays(self._variables())
+        for name, statistics in self._statistics().items():
+            arrays.update(flatten_arrays(name, statistics.get_state()))
+        return arrays
+
+    def _optimizer_steps(self) -> dict[str, tuple[keras.optimizers.Optimizer, int]]:
+        """Each optimizer, by its group in :meth:`_variables`, with its steps per iteration."""
+        steps = self.config.update_epochs * self._minibatches(self.config.minibatch_size)[0]
+        return {
+            "policy_optimizer": (self.policy_optimizer, steps),
+            "value_optimizer": (self.value_optimizer, steps),
+        }
+
+    def _minibatches(self, size: int) -> tuple[int, int]:
+        """``(count, size)`` of the minibatches of at most ``size`` samples in a batch (the
+        remainder of a shuffled batch is dropped)."""
+        size = min(size, self.config.batch_size)
+        return self.config.batch_size // size, size
+
+    def _shuffled_minibatches(self, size: int, epochs: int) -> np.ndarray:
+        """Sample indices of ``epochs`` shuffled passes over the batch in minibatches of at most
+        ``size`` (:meth:`_minibatches`), shape ``(epochs, count, size)``."""
+        count, size = self._minibatches(size)
+        permutations = [self.rng.permutation(self.config.batch_size) for _ in range(epochs)]
+        return np.stack([p[: count * size].reshape(count, size) for p in permutations])
+
     def _state(self) -> dict:
-        """The plain values a resumed run needs besides arrays and environments (``state.json``)."""
+        """The plain values a resumed run needs besides arrays and environments (``state.json``),
+        and the run's settings, to check that a checkpoint belongs to the run restoring it."""
         return {
             "iteration": self.iteration,
             "global_step": self.global_step,
             "rng": self.rng.bit_generator.state,
+            "settings": self.config.settings(),
         }
 
+    def _check_state(self, checkpoint: Path, state: dict) -> None:
+        """Raises :class:`CheckpointError` unless ``state`` (``state.json``) holds the values of a
+        checkpoint of this run named ``checkpoint``: types, ranges, the iteration of its name,
+        the step count, the run's settings (when recorded) and the RNG state."""
+        iteration, global_step = state.get("iteration"), state.get("global_step")
+        if type(iteration) is not int or iteration < 1:
+            raise inconsistent_state(
+                checkpoint, "iteration must be an integer >= 1", f"iteration={iteration!r}"
+            )
+        named = checkpoint_iteration(checkpoint)
+        if iteration != named:
+            raise inconsistent_state(
+                checkpoint,
+                f"iteration must be {named} (the checkpoint's name is {checkpoint.name})",
+                f"iteration={iteration!r}",
+            )
+        steps = iteration * self.config.batch_size
+        if type(global_step) is not int or global_step != steps:
+            raise inconsistent_state(
+                checkpoint,
+                f"global_step must be {steps} ({iteration} iterations of {self.config.batch_size} steps)",
+                f"global_step={global_step!r}",
+            )
+        settings, current = state.get("settings", {}), self.config.settings()  # none before rl recorded them
+        if not isinstance(settings, dict):
+            raise inconsistent_state(checkpoint, "settings must be a JSON object", f"settings={settings!r}")
+        changed = [
+            f"{name}={value!r} (this run: {current[name]!r})"
+            for name, value in settings.items()
+            if name in current and value != current[name]
+        ]
+        if changed:
+            raise inconsistent_state(
+                checkpoint, "settings must be this run's (config.json)", ", ".join(changed)
+            )
+        generator = type(self.rng.bit_generator)
+        try:
+            generator().state = state.get("rng")
+        except (TypeError, ValueError, KeyError) as error:
+            raise inconsistent_state(
+                checkpoint,
+                f"rng must be the state of a numpy {generator.__name__} generator ({error})",
+                f"rng={state.get('rng')!r}",
+            ) from None
+
+    def _check_arrays(self, checkpoint: Path, arrays: dict[str, np.ndarray], iteration: int) -> None:
+        """Raises :class:`CheckpointError` unless ``arrays`` (``weights.npz``) are finite, have
+        this trainer's names and shapes, and hold optimizers that took the steps of ``iteration``
+        iterations."""
+        path = str(checkpoint / WEIGHTS_FILE)
+        expected = self._arrays()
+        if arrays.keys() != expected.keys():
+            raise CheckpointError(
+                f"{path!r} does not hold the arrays of this run (another architecture or config): "
+                f"missing {sorted(expected.keys() - arrays.keys())}, "
+                f"unknown {sorted(arrays.keys() - expected.keys())}"
+            )
+        for name, array in arrays.items():
+            finite = bool(np.all(np.isfinite(array)))
+            if array.shape != expected[name].shape or not finite:
+                raise CheckpointError(
+                    f"The array {name!r} of {path!r} must be finite and of shape {expected[name].shape}, "
+                    f"as in this run. Received: shape {array.shape}, finite: {finite}"
+                )
+        for group, (optimizer, per_iteration) in self._optimizer_steps().items():
+            index = next(i for i, v in enumerate(optimizer.variables) if v is optimizer.iterations)
+            taken = int(arrays[f"{group}/{index}"])
+            if taken != iteration * per_iteration:
+                raise inconsistent_state(
+                    checkpoint,
+                    f"iteration must be that of {WEIGHTS_FILE}, whose {group} took {taken} steps, "
+                    f"those of {taken / per_iteration:g} iterations ({per_iteration} per iteration)",
+                    f"iteration={iteration}",
+                )
+
     def _set_state(self, state: dict) -> None:
-        """Restores :meth:`_state`."""
+        """Restores :meth:`_state` (checked by :meth:`_check_state`)."""
         self.iteration, self.global_step = state["iteration"], state["global_step"]
         self.rng.bit_generator.state = state["rng"]
 
     def save(self) -> Path:
         """Writes a checkpoint of the current iteration to ``{logdir}/checkpoints``: arrays, plain
-        values, and the environments' internals as the pickled resume state."""
-        arrays = variable_arrays(self._variables())
-        for name, statistics in self._statistics().items():
-            arrays.update(flatten_arrays(name, statistics.get_state()))
+        values, and the environments' internals as the pickled resume state.
+
+        Raises:
+            DivergenceError: an array is not finite (nothing is written).
+        """
         resume_state = {"envs": self.envs.get_state()}
-        return save_checkpoint(self.config.logdir, self.iteration, arrays, self._state(), resume_state)
+        return save_checkpoint(
+            self.config.logdir, self.iteration, self._finite_arrays(), self._state(), resume_state
+        )
 
     def restore(self, checkpoint: str | Path) -> None:
         """Loads a checkpoint written by :meth:`save`; the run continues identically.
 
-        This unpickles the checkpoint's resume state (:func:`~rl.checkpoint.read_resume_state`),
-        which can run any code: restore only checkpoints you wrote yourself.
+        Everything is checked before anything is assigned: ``state.json`` against the
+        checkpoint's name, this run's settings and the arrays (:meth:`_check_state`), and the
+        arrays of ``weights.npz`` against this trainer's (:meth:`_check_arrays`). This unpickles
+        the checkpoint's resume state (:func:`~rl.checkpoint.read_resume_state`), which can run
+        any code: restore only checkpoints you wrote yourself.
 
         Raises:
-            CheckpointError: an old-format checkpoint, another format version, or a file that
-                does not match the SHA-256 recorded when it was written (nothing is restored).
+            CheckpointError: an old-format checkpoint, another format version, a file that
+                does not match the SHA-256 recorded when it was written, or values that do not
+                match the checkpoint or this run (nothing is restored).
         """
+        checkpoint = Path(checkpoint)
         arrays, state = read_arrays(checkpoint), read_state(checkpoint)
+        self._check_state(checkpoint, state)
+        self._check_arrays(checkpoint, arrays, state["iteration"])
         resume_state = read_resume_state(checkpoint)
         assign_variables(arrays, self._variables())
         for name, statistics in self._statistics().items():

@@ -35,11 +35,18 @@ start at ``entropy_bound`` if set); then the bound starts there and decreases by
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import tensorflow as tf
 
 from rl.algorithms.base import Batch, Trainer, adam
+from rl.checkpoint import inconsistent_state
 from rl.config import TrainConfig
+
+
+def _is_finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool), as read from JSON."""
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 class EntropySchedule:
@@ -69,6 +76,22 @@ class EntropySchedule:
     def get_state(self) -> dict:
         """Initial entropy and activation point (checkpointed as JSON)."""
         return {"initial": self.initial, "start": self.start}
+
+    @staticmethod
+    def is_state(value: object, iteration: int) -> bool:
+        """Whether ``value`` is a :meth:`get_state` (read back from JSON) after ``iteration``
+        iterations: the initial entropy is known from the first one on."""
+        if not isinstance(value, dict) or value.keys() != {"initial", "start"}:
+            return False
+        start = value["start"]
+        started = start is None or (
+            isinstance(start, list)
+            and len(start) == 2
+            and type(start[0]) is int
+            and 1 <= start[0] <= iteration
+            and _is_finite_number(start[1])
+        )
+        return _is_finite_number(value["initial"]) and started
 
     def set_state(self, state: dict) -> None:
         """Restores :meth:`get_state` (JSON turned the activation point into a list)."""
@@ -146,18 +169,11 @@ class ProjectedPolicyIteration(Trainer):
 
     def _distill(self, obs: tf.Tensor, target) -> float:
         """Fits the network to the projected ``target``; returns the mean ``KL(target || pi)``."""
-        n, size = self.config.batch_size, min(self.config.distill_minibatch_size, self.config.batch_size)
-        count = n // size
-        perms = np.stack(
-            [
-                self.rng.permutation(n)[: count * size].reshape(count, size)
-                for _ in range(self.config.distill_epochs)
-            ]
-        )
+        perms = self._shuffled_minibatches(self.config.distill_minibatch_size, self.config.distill_epochs)
         try:
             return float(self._distill_epochs(obs, target, tf.constant(perms, tf.int32)))
         except tf.errors.InvalidArgumentError as error:
-            raise self._nan_error("the distillation (non-finite values)") from error
+            raise self._divergence("the distillation met non-finite values") from error
 
     def _distill_epochs_impl(self, obs, target, perms):
         total = tf.constant(0.0)
@@ -207,8 +223,23 @@ class ProjectedPolicyIteration(Trainer):
     def _variables(self):
         return {**super()._variables(), "distill_optimizer": self.distill_optimizer.variables}
 
+    def _optimizer_steps(self):
+        steps = self.config.distill_epochs * self._minibatches(self.config.distill_minibatch_size)[0]
+        return {**super()._optimizer_steps(), "distill_optimizer": (self.distill_optimizer, steps)}
+
     def _state(self):
         return {**super()._state(), "schedule": self.schedule.get_state()}
+
+    def _check_state(self, checkpoint, state):
+        super()._check_state(checkpoint, state)
+        schedule = state.get("schedule")
+        if not EntropySchedule.is_state(schedule, state["iteration"]):
+            raise inconsistent_state(
+                checkpoint,
+                "schedule must be {'initial': a finite number, 'start': null or [an iteration <= "
+                f"{state['iteration']}, a finite number]}}",
+                f"schedule={schedule!r}",
+            )
 
     def _set_state(self, state):
         super()._set_state(state)
