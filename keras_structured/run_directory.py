@@ -72,8 +72,13 @@ def _refuse_symlinks(path: pathlib.Path) -> None:
 
 
 def _temporary_path(path: pathlib.Path) -> pathlib.Path:
-    """A new, empty file beside ``path``, created with ``O_EXCL`` (its suffix is ``path``'s)."""
+    """A new, empty file beside ``path``, created with ``O_EXCL`` (its suffix is ``path``'s),
+    with the permissions of a file that ``open`` creates (``mkstemp`` makes it owner-only)."""
     handle, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    if hasattr(os, "fchmod"):  # POSIX
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(handle, 0o666 & ~umask)
     os.close(handle)
     return pathlib.Path(name)
 

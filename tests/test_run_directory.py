@@ -142,3 +142,14 @@ def test_a_temporary_file_name_matches_what_the_lock_removes(tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         rd.save_file(tmp_path / "best.keras", write)
     assert rd._TEMPORARY.match(seen[0]) and seen[0].endswith(".tmp.keras")
+
+
+def test_files_get_the_permissions_of_a_plainly_created_file(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        rd.write_json(tmp_path / "config.json", {})
+        (tmp_path / "plain.json").write_text("{}")
+    finally:
+        os.umask(umask)
+    mode = {name: (tmp_path / name).stat().st_mode & 0o777 for name in ("config.json", "plain.json")}
+    assert mode["config.json"] == mode["plain.json"] == 0o644
