@@ -169,7 +169,7 @@ def test_solver_options_are_frozen_normalised_and_hashable():
     assert options == SolverOptions(tol=0.0, max_iter=5, exact_jacobian=False)
     assert len({options, SolverOptions(tol=0.0, max_iter=5, exact_jacobian=False)}) == 1
     assert SolverOptions(**options.get_config()) == options
-    assert SolverOptions() == SolverOptions("active_set", 1e-6, 1000, True)
+    assert SolverOptions() == SolverOptions("active_set", 1e-6, 2500, True)
     with pytest.raises(ValueError, match=r"Received: max_iter=0"):
         dataclasses.replace(options, max_iter=0)  # replace checks the new value too
 

@@ -65,7 +65,7 @@ class SolverOptions:
     Example:
         >>> options = SolverOptions(tol=1e-8)
         >>> options.max_iter, options.exact_jacobian
-        (1000, True)
+        (2500, True)
         >>> SolverOptions(max_iter=0)
         Traceback (most recent call last):
         ...
