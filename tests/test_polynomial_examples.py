@@ -1,7 +1,7 @@
 """Smoke tests of the polynomial network data loaders, experiments and benchmark on tiny subsets.
 
 The data live outside the repository, in ``../shared/data`` (MovieLens may not be
-redistributed); like the other example tests, these need that folder and fail without it.
+redistributed); the tests that read them are skipped, naming the path, where it is missing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ import polynomial_movielens  # noqa: E402
 import polynomial_multiclass  # noqa: E402
 from _common.polynomial_data import MULTICLASS_DATASETS, load_movielens, load_multiclass  # noqa: E402
 
+from tests.shared_data import requires_shared  # noqa: E402
+
+requires_multiclass = requires_shared("multiclass")
+requires_movielens = requires_shared("movielens-100k")
+
 SPLIT_SIZES = {
     "satellite": (4435, 2000, 36, 6),
     "letter": (16000, 4000, 16, 26),
@@ -31,6 +36,7 @@ SPLIT_SIZES = {
 }
 
 
+@requires_multiclass
 @pytest.mark.parametrize("name", MULTICLASS_DATASETS)
 def test_multiclass_split_sizes_and_standardisation(name):
     split = load_multiclass(name)
@@ -43,6 +49,7 @@ def test_multiclass_split_sizes_and_standardisation(name):
     np.testing.assert_allclose(split.x_train.std(axis=0), 1.0, atol=1e-9)
 
 
+@requires_multiclass
 def test_stratified_split_is_seeded_and_stratified():
     first, second = load_multiclass("vehicle", split_seed=0), load_multiclass("vehicle", split_seed=0)
     np.testing.assert_array_equal(first.y_test, second.y_test)
@@ -52,6 +59,7 @@ def test_stratified_split_is_seeded_and_stratified():
     np.testing.assert_allclose(train_share, test_share, atol=0.01)
 
 
+@requires_movielens
 def test_movielens_one_hot_rows():
     split = load_movielens()
     assert split.x_train.shape == (80000, 2674) and split.x_test.shape == (20000, 2674)
@@ -79,6 +87,7 @@ def _read(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@requires_multiclass
 def test_multiclass_main_tiny(tmp_path, capsys):
     out = tmp_path / "multiclass.csv"
     args = [
@@ -106,6 +115,7 @@ def test_multiclass_main_tiny(tmp_path, capsys):
     assert "| vowel | cg l1/l2 |" in capsys.readouterr().out
 
 
+@requires_movielens
 def test_movielens_main_tiny(tmp_path):
     out = tmp_path / "movielens.csv"
     rows = polynomial_movielens.main(
@@ -117,6 +127,7 @@ def test_movielens_main_tiny(tmp_path):
     assert len(_read(out)) == len(rows)
 
 
+@requires_movielens
 @pytest.mark.parametrize("select_budget, validated_at", [(None, {1, 3}), ("3", {3})])
 def test_movielens_tau_is_chosen_at_every_budget_by_default(tmp_path, capsys, select_budget, validated_at):
     option = [] if select_budget is None else ["--select-budget", select_budget]
@@ -134,6 +145,7 @@ def test_movielens_select_budget_is_checked():
         polynomial_movielens.parse_args(["--select-budget", "0"])
 
 
+@requires_movielens
 def test_benchmark_tiny(tmp_path, capsys):
     rows = bench_polynomial.main(
         ["--sizes", "500,1000", "--iterations", "2", "--out", str(tmp_path / "b.csv")]
@@ -143,6 +155,7 @@ def test_benchmark_tiny(tmp_path, capsys):
     assert "scaling exponent" in capsys.readouterr().out
 
 
+@requires_multiclass
 def test_benchmark_logistic_tiny(tmp_path, capsys):
     rows = bench_polynomial.main(
         ["--task", "logistic", "--dataset", "vowel", "--budget", "3", "--out", str(tmp_path / "l.csv")]

@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.shared_data import requires_shared
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SATELLITE = ROOT.parent / "shared/data/multiclass/satellite.csv"
 
 
 def _run(script: str, *args: str) -> str:
@@ -34,6 +35,7 @@ def _table_row(output: str, model: str) -> list[str]:
     raise AssertionError(f"No results row for {model!r} in:\n{output}")
 
 
+@requires_shared("multiclass", "satellite.csv")
 def test_entropy_bounded_classifier_runs_and_respects_bound():
     out = _run("entropy_bounded_classifier.py", "--epochs", "1", "--max-train", "500", "--seed", "1")
     header = _table_row(out, "model")
