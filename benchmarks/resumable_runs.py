@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import csv
 import dataclasses
 import json
 import math
@@ -58,7 +57,14 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from keras_structured.run_directory import RunLock, make_directory, open_for_appending, write_json, write_text
+from keras_structured.run_directory import (
+    RunLock,
+    make_directory,
+    open_for_appending,
+    read_csv,
+    write_json,
+    write_text,
+)
 
 FINAL_FILE = "final.json"
 STATE_FILE = "bench_state.json"
@@ -105,11 +111,13 @@ def to_float(value: Any) -> float:
 
 
 def read_progress(path: Path) -> dict[str, np.ndarray]:
-    """``progress.csv`` as float columns; empty or non-numeric cells become NaN."""
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-    names = list(rows[0]) if rows else []
-    return {name: np.array([to_float(row.get(name)) for row in rows]) for name in names}
+    """``progress.csv`` as float columns; empty or non-numeric cells become NaN, and a last
+    row cut short by a crash is left out (:func:`keras_structured.run_directory.read_csv`)."""
+    names, rows = read_csv(path)
+    return {
+        name: np.array([to_float(row[i] if i < len(row) else None) for row in rows])
+        for i, name in enumerate(names)
+    }
 
 
 def logdir_value(value: float) -> float:

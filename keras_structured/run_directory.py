@@ -154,9 +154,14 @@ def write_csv(path: str | os.PathLike, columns: Sequence[str], rows: Sequence[Se
 
 
 def read_csv(path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
-    """The header and the rows of a CSV file (``([], [])`` for an empty file)."""
+    """The header and the rows of a CSV file (``([], [])`` for an empty file).
+
+    A last row cut short by a crash while it was appended (the file does not end with a
+    line break) is left out: its cells could read as other numbers (``10`` for ``1024``).
+    """
     with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
+        text = handle.read()
+    rows = list(csv.reader(io.StringIO(text[: text.rfind("\n") + 1])))
     return (rows[0], rows[1:]) if rows else ([], [])
 
 

@@ -153,3 +153,9 @@ def test_files_get_the_permissions_of_a_plainly_created_file(tmp_path):
         os.umask(umask)
     mode = {name: (tmp_path / name).stat().st_mode & 0o777 for name in ("config.json", "plain.json")}
     assert mode["config.json"] == mode["plain.json"] == 0o644
+
+
+def test_a_row_cut_short_while_appended_is_left_out(tmp_path):
+    path = tmp_path / "progress.csv"
+    path.write_text("iteration,global_step\n1,512\n2,10")  # killed while writing "2,1024\n"
+    assert rd.read_csv(path) == (["iteration", "global_step"], [["1", "512"]])
