@@ -15,6 +15,7 @@ import re
 import pytest
 
 from keras_structured.parsing.conllu_reader import read_conllu
+from tests.shared_data import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("conllu") is None,
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 # The shared treebanks sit next to the repository (see shared/data/ud/README.md).
-UD = pathlib.Path(__file__).parents[1] / ".." / "shared" / "data" / "ud"
+UD = SHARED_DATA / "ud"
 
 
 def _line(token_id: int, head: int) -> str:
