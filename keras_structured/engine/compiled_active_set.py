@@ -354,9 +354,9 @@ def _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch):
 
 @nb.njit(cache=True, nogil=True)
 def _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution):
-    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (pseudo-inverse), and
-    the ``solution`` it gives."""
-    _store_inverse(np.linalg.pinv(_kkt_matrix(Mi, Mv, Mw, slots, k, scratch)), kinv, k)
+    """Rebuild ``K^{-1}`` of the bordered KKT matrix from scratch (:func:`_rebuild_inverse`),
+    and the ``solution`` it gives."""
+    _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch)
     _solution(kinv, k, theta, solution)
 
 
@@ -480,11 +480,28 @@ def _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
 
 
 @nb.njit(cache=True, nogil=True)
+def _refine_exactly(Mi, Mv, Mw, slots, theta, kinv, k, u, scratch, work):
+    """``REFINEMENTS`` steps of :func:`_refine`; when they diverge, ``K^{-1}`` drifted too
+    far to refine with and is rebuilt (with the solution). Returns the first step's
+    residual and whether ``K^{-1}`` was rebuilt."""
+    residual = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+    for _ in range(REFINEMENTS - 1):
+        if _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) > max(residual, _ROUNDING_RESIDUAL):
+            _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
+            return residual, True
+    return residual, False
+
+
+@nb.njit(cache=True, nogil=True)
 def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check, slack):
     """Solve the KKT system on the active set, dropping structures until feasible (weights
     down to ``-slack`` count as zero), and write ``u = M_I^T y``. With ``check``, the
-    solution's KKT residual is verified. Returns the new size (``tau`` stays in the
-    solution row of ``work``)."""
+    solution's KKT residual is verified. With a ``slack`` (near the solution), every
+    solution is refined first: the weights of the face's structures are rounding error
+    of the incremental inverse's (1e-9 and more on trees of 150 words), which would drop
+    them, change the weights' sum and so every gap by as much, and the solver would
+    cycle without reaching the exact solution. Returns the new size (``tau`` stays in
+    the solution row of ``work``)."""
     products, solution = work[_PRODUCTS], work[_SOLUTION]
     y_hat = solution[1:]
     refactored = False
@@ -494,6 +511,8 @@ def _solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, check
             _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, solution)
             refactored = True
             continue
+        if slack > 0.0 and _refine_exactly(Mi, Mv, Mw, slots, theta, kinv, k, u, scratch, work)[1]:
+            refactored = True
         leave, gamma = np.int64(-1), np.inf
         for i in range(k):
             if y_hat[i] < -slack and y[i] / (y[i] - y_hat[i]) < gamma:
@@ -805,15 +824,8 @@ def _solve_one(
                 # was already exact to rounding (or refined before), ask the oracle again;
                 # then the face certificate.
                 size = k
-                residual = _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
+                residual = _refine_exactly(Mi, Mv, Mw, slots, theta, kinv, k, u, scratch, work)[0]
                 accurate = residual <= _ROUNDING_RESIDUAL
-                for _ in range(REFINEMENTS - 1):
-                    if _refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work) > max(
-                        residual, _ROUNDING_RESIDUAL
-                    ):
-                        # Diverging: K^{-1} drifted too far to refine with; rebuild it.
-                        _refactor(Mi, Mv, Mw, slots, theta, kinv, k, scratch, work[_SOLUTION])
-                        break
                 k = _solve_relaxed(
                     Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(False), slack
                 )
