@@ -16,20 +16,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_structured.engine.compiled_active_set import REFINEMENTS, ROUNDING_GAP
 from keras_structured.engine.support import SupportState
-
-# Squared distance (relative to ||m||^2) below which a new unary vector counts as
-# lying in the affine hull of the active ones.
-_AFFINE_TOL = 1e-10
-# KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
-_RESIDUAL_TOL = 1e-9
+from keras_structured.engine.tolerances import (
+    AFFINE_TOL,
+    CERTIFICATE_SHRINKS,
+    CERTIFICATE_STEP,
+    FACE_GAP,
+    NEAR_GAP,
+    REFINEMENTS,
+    RESIDUAL_TOL,
+    ROUNDING_GAP,
+    VERIFY_TOL,
+    WEIGHT_SLACK,
+)
 
 
 def _affinely_dependent(schur: float, m: np.ndarray) -> bool:
     """Whether ``m``, with Schur complement ``schur`` against the active set, lies in the
-    active structures' affine hull (up to ``_AFFINE_TOL``)."""
-    return schur <= _AFFINE_TOL * max(1.0, m @ m)
+    active structures' affine hull (up to ``AFFINE_TOL``)."""
+    return schur <= AFFINE_TOL * max(1.0, m @ m)
 
 
 class ActiveSetSolver(SupportState):
@@ -39,9 +44,14 @@ class ActiveSetSolver(SupportState):
         exact: once the gap is within ``tol``, go on to the method's finite
             termination: the MAP structure adds nothing, being active or in the
             affine hull of the active ones, or its gap is rounding error
-            (``ROUNDING_GAP``). The support then spans the solution's face, and the
-            Jacobian built from it is exact. A problem stopped between the two (by
-            ``max_iter``) reports ``converged=False``.
+            (``ROUNDING_GAP``), and the face certificate holds: the MAP structures at
+            the scores moved by +-r, r random and orthogonal to the support's affine
+            hull, are in the hull too (structures of the solution's face that the
+            oracle's tie-breaking never returns are found this way and enter). The
+            support then spans the solution's face, and the Jacobian built from it is
+            exact. A problem stopped between the two (by ``max_iter``) reports
+            ``converged=False``. The rules and tolerances are the compiled kernel's
+            (:mod:`~keras_structured.engine.tolerances`).
         Other arguments: see :class:`SupportState`.
     """
 
@@ -52,16 +62,29 @@ class ActiveSetSolver(SupportState):
         self._stalls = 0
         self.exact = exact
         self._tol_reached = False
+        self._near = False  # the gap came within NEAR_GAP (or tol): work to rounding
         self._refined = False  # since the active set last changed
+        self._entered = b""  # the key of the structure that entered last
+        # The face certificate: the sign of the perturbation of the MAP scores (0: none),
+        # the perturbation, how many times it was shrunk and the face's score.
+        self._sign, self._direction, self._shrinks, self._face_score = 0, None, 0, 0.0
+
+    def map_scores(self) -> np.ndarray:
+        scores = super().map_scores()
+        return scores if self._sign == 0 else scores + self._sign * self._direction
 
     def step(self, m: np.ndarray, n: np.ndarray, code: np.ndarray) -> None:
         """Take the MAP structure at the current point; add it unless converged."""
+        if self._sign != 0:
+            self._certify(m, n, code)
+            return
         finished = self.check_gap(m, n, min(self.tol, ROUNDING_GAP) if self.exact else self.tol)
         active = self.index_of(code) is not None
+        self._tol_reached = self._tol_reached or self.gap_within(self.tol)
+        self._near = self._near or self.gap_within(max(self.tol, NEAR_GAP))
         if self.exact and not finished:
-            self._tol_reached = self._tol_reached or self.gap_within(self.tol)
             # Terminated: the MAP structure adds nothing to the support's affine hull.
-            finished = self._tol_reached and (active or _affinely_dependent(self._border(m)[1], m))
+            finished = self._tol_reached and self._in_hull(m, code)
         if self.exact and finished and not self._refined:
             # Decide on gaps exact to rounding: rebuild the factorization, ask again.
             self.done = self.converged = False
@@ -70,7 +93,7 @@ class ActiveSetSolver(SupportState):
             self._refined = True
             return
         if finished:
-            self.done = self.converged = True
+            self.done = self.converged = not (self.exact and self._start_certificate())
             return
         if active:
             # An active structure cannot have a positive gap in exact arithmetic:
@@ -85,15 +108,72 @@ class ActiveSetSolver(SupportState):
         self._solve_relaxed()
 
     def weight_jacobian(self) -> np.ndarray:
+        # From a fresh inverse, as the kernel's: the rank-one updates drift (1e-3 relative
+        # seen in the Jacobian of a tree of 50 words).
+        self._refactor()
         return self.kkt_inverse[1:, 1:]
+
+    def _in_hull(self, m, code) -> bool:
+        """Whether the structure adds nothing to the support's affine hull: it is active, in
+        the hull, or it entered last time and left at once (numerically in the hull: the
+        KKT solve cannot tell its weight from zero, and entering it again would cycle)."""
+        return (
+            self.index_of(code) is not None
+            or code.tobytes() == self._entered
+            or _affinely_dependent(self._border(m)[1], m)
+        )
+
+    def _start_certificate(self) -> bool:
+        """Draw the certificate's direction: a uniform random vector projected orthogonally
+        to the support's affine hull, ``r = g - M_I^T c`` with ``(lambda, c) = K^{-1} [0;
+        M_I g]``, of norm ``CERTIFICATE_STEP * scale``. False when the hull fills the whole
+        space (nothing to certify)."""
+        g = np.random.default_rng(self.map_calls).uniform(-1.0, 1.0, self.u.size)
+        c = self.kkt_inverse @ np.concatenate([[0.0], self.M @ g])
+        r = g - c[1:] @ self.M
+        length = float(np.linalg.norm(r))
+        if length == 0.0:
+            return False
+        self._direction = r * (CERTIFICATE_STEP * max(1.0, abs(self.objective)) / length)
+        self._face_score = float(self.linear_scores(self.M, self.N).max())
+        self._sign, self._shrinks = 1, 0
+        return True
+
+    def _certify(self, m, n, code) -> None:
+        """Take the MAP structure at the perturbed scores: in the hull, the certificate
+        holds on this side; a structure of the face outside it enters (the next
+        certificate follows at once unless a structure left); one further off than
+        ``FACE_GAP`` shrinks the perturbation."""
+        self.map_calls += 1
+        if self._in_hull(m, code):
+            self._sign = -1 if self._sign > 0 else 0
+            self.done = self.converged = self._sign == 0
+            return
+        face_gap = float(self.linear_scores(m[None], n[None])[0]) - self._face_score
+        if face_gap < -FACE_GAP * max(1.0, abs(self.objective)):
+            self._shrinks += 1
+            self._direction = 0.1 * self._direction
+            if self._shrinks > CERTIFICATE_SHRINKS:
+                self._sign, self.done = 0, True  # (not converged)
+            return
+        self._sign = 0
+        size = self.y.size + 1
+        self._enter(m, n, code)
+        self._solve_relaxed()
+        if self.y.size == size:
+            self.done = self.converged = not self._start_certificate()
+        else:
+            self._refined = False
 
     def _border(self, m):
         """``w = K^{-1} [1; M_I m]`` and the Schur complement of ``m``, measured directly
-        (with refined ``w``) near the affine hull, as in ``compiled_active_set._hull_distance``."""
+        (with refined ``w``) near the affine hull, as in ``compiled_active_set._hull_distance``:
+        below ``AFFINE_TOL``, and once within ``tol`` (exact) below ``VERIFY_TOL``."""
         border = np.concatenate([[1.0], self.M @ m])
         w = self.kkt_inverse @ border
         schur = float(m @ m - border @ w)
-        if not _affinely_dependent(schur, m):
+        verify = VERIFY_TOL if self.exact and self._near else AFFINE_TOL
+        if schur > verify * max(1.0, m @ m):
             return w, schur
         for _ in range(REFINEMENTS):
             residual = m - w[1:] @ self.M
@@ -125,6 +205,7 @@ class ActiveSetSolver(SupportState):
         grown[k, k] = 1.0 / schur
         self.kkt_inverse = grown
         self.append(m, n, code, weight)
+        self._entered = self.keys[-1]
         self.theta = np.append(self.theta, self.eta_u @ m + self.eta_v @ n)
 
     def _drop(self, i: int) -> None:
@@ -149,14 +230,24 @@ class ActiveSetSolver(SupportState):
         except np.linalg.LinAlgError:
             self.kkt_inverse = np.linalg.pinv(kkt)
 
+    def _kkt_residual(self, solution: np.ndarray) -> np.ndarray:
+        """``[1; theta] - K [tau; y]``, with ``K`` applied through the active rows."""
+        tau, y = solution[0], solution[1:]
+        return np.concatenate([[1.0 - y.sum()], self.theta - tau - self.M @ (y @ self.M)])
+
     def _solve_relaxed(self) -> None:
-        """Solve the KKT system on the active set; drop structures until it is feasible."""
+        """Solve the KKT system on the active set; drop structures until it is feasible.
+        Near the optimum (exact), the solution is refined first and weights down to
+        ``-WEIGHT_SLACK`` count as zero, as in the compiled kernel: the weights of the
+        face's structures are rounding error there."""
+        slack = WEIGHT_SLACK if self.exact and self._near else 0.0
         refactored = False
         while True:
-            tau, *y_hat = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
-            y_hat = np.array(y_hat)
-            residual = self.M @ (y_hat @ self.M) + tau - self.theta
-            drifted = abs(y_hat.sum() - 1.0) > 1e-8 or np.abs(residual).max() > _RESIDUAL_TOL * max(
+            solution = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
+            for _ in range(REFINEMENTS if slack else 0):
+                solution = solution + self.kkt_inverse @ self._kkt_residual(solution)
+            residual = self._kkt_residual(solution)
+            drifted = abs(residual[0]) > 1e-8 or np.abs(residual[1:]).max() > RESIDUAL_TOL * max(
                 1.0, np.abs(self.theta).max()
             )
             if drifted and not refactored:
@@ -164,9 +255,10 @@ class ActiveSetSolver(SupportState):
                 self._refactor()
                 refactored = True
                 continue
-            negative = np.flatnonzero(y_hat < 0.0)
+            y_hat = solution[1:]
+            negative = np.flatnonzero(y_hat < -slack)
             if negative.size == 0:
-                self.y = y_hat
+                self.y = np.maximum(y_hat, 0.0)
                 break
             ratios = self.y[negative] / (self.y[negative] - y_hat[negative])
             leave = negative[np.argmin(ratios)]

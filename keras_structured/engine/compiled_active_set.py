@@ -39,42 +39,23 @@ from keras_structured.engine.oracle_address import (
     parts_at,
 )
 from keras_structured.engine.parallel import THREADS, run_on_all_threads
+from keras_structured.engine.tolerances import (
+    AFFINE_TOL,
+    CERTIFICATE_SHRINKS,
+    CERTIFICATE_STEP,
+    FACE_GAP,
+    NEAR_GAP,
+    REFINEMENTS,
+    RESIDUAL_TOL,
+    ROUNDING_GAP,
+    VERIFY_TOL,
+    WEIGHT_SLACK,
+)
 
-# Same meaning as in active_set.py: squared distance (relative to ||m||^2) below
-# which a unary vector counts as lying in the affine hull of the active ones.
-_AFFINE_TOL = 1e-10
-# Once within ``tol`` (exact only), a structure whose relative Schur complement is below
-# this is measured directly (:func:`_hull_distance`): the Schur complement from ``K^{-1}``
-# errs by up to cond(K) times rounding (1e-3 relative measured at 50 words), and a
-# structure in the hull taken for one off it would make ``K`` singular (and the weight
-# slack below would keep it active).
-_VERIFY_TOL = 1e-2
-# KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
-_RESIDUAL_TOL = 1e-9
-# Relative Wolfe gap that counts as zero when an exact support is asked for: a few
-# rounding errors of the objective. Larger values stop on incomplete supports (the gaps
-# of missing structures fall to 1e-13 relative on trees of 50 words).
-ROUNDING_GAP = 4 * np.finfo(np.float64).eps
-# Steps of iterative refinement before the exact termination is decided.
-REFINEMENTS = 2
 # KKT residual (relative to the scores) of a point whose gaps are exact to rounding.
 _ROUNDING_RESIDUAL = 1e-13
 # Iterations between two KKT residual checks (one also comes before convergence).
 _CHECK_EVERY = 8
-# The face certificate (exact only): before terminating, two MAP calls at the scores
-# perturbed by +-r, r a random direction orthogonal to the support's affine hull, of norm
-# _CERTIFICATE_STEP * scale, must both return structures in the hull; a structure
-# outside it whose gap is within _FACE_GAP * scale of zero lies on the solution's face
-# and enters. A structure further off shrinks r tenfold, at most _CERTIFICATE_SHRINKS
-# times. Weights of structures on the face may then be rounding error of either sign:
-# those above -_WEIGHT_SLACK stay active (at weight zero) instead of leaving and coming back.
-# Face gaps are rounding error (2e-14 relative on trees of 300 words); a structure off the
-# face by 4e-11 that entered under a looser _FACE_GAP (1e-10) took face structures out
-# with it, and the certificate cycled.
-_CERTIFICATE_STEP = 1e-6
-_FACE_GAP = 1e-12
-_CERTIFICATE_SHRINKS = 6
-_WEIGHT_SLACK = 1e-12
 # Drift of the incrementally updated K^{-1} (relative residual of K K^{-1} b = b) above
 # which the Jacobian's inverse is rebuilt at the end (exact only).
 _DRIFT_TOL = 1e-10
@@ -410,7 +391,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, s
     dependent active structures are pivoted out."""
     border, w, column, solution = work[_BORDER], work[_W], work[_COLUMN], work[_SOLUTION]
     weight, m_squared = 0.0, _dot(m_values[:count_u], m_values[:count_u])
-    while schur <= _AFFINE_TOL * max(1.0, m_squared):
+    while schur <= AFFINE_TOL * max(1.0, m_squared):
         leave, gamma = np.int64(-1), np.inf
         for i in range(k):
             if w[i + 1] > 1e-12 and y[i] / w[i + 1] < gamma:
@@ -424,7 +405,7 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, s
         for a in range(leave + 1, k + 1):
             border[a] = border[a + 1]
         schur = _schur(kinv, k, m_squared, border, w)
-        if schur <= _AFFINE_TOL * max(1.0, m_squared):
+        if schur <= AFFINE_TOL * max(1.0, m_squared):
             schur = _hull_distance(Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, w, scratch, work)
     for a in range(k + 1):
         column[a] = w[a] / schur
@@ -448,14 +429,14 @@ def _enter(Mi, Mv, Mw, slots, y, theta, kinv, k, m_indices, m_values, count_u, s
 @nb.njit(cache=True, nogil=True)
 def _kkt_residual(Mi, Mv, Mw, slots, u, tau, theta, k, products):
     """How far ``(tau, y_hat)`` is from solving ``M_I M_I^T y + tau = theta`` beyond
-    ``_RESIDUAL_TOL`` (relative to the scores), given ``u = M_I^T y_hat``; 0 when within it.
+    ``RESIDUAL_TOL`` (relative to the scores), given ``u = M_I^T y_hat``; 0 when within it.
     ``products`` (size k) is scratch."""
     worst, scale = 0.0, 1.0
     _row_dots(Mi, Mv, Mw, slots, k, u, products)
     for i in range(k):
         worst = max(worst, abs(products[i] + tau - theta[i]))
         scale = max(scale, abs(theta[i]))
-    return max(worst - _RESIDUAL_TOL * scale, 0.0)
+    return max(worst - RESIDUAL_TOL * scale, 0.0)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -581,9 +562,9 @@ def _certificate_direction(Mi, Mv, Mw, slots, kinv, k, seed, norm, r, work):
 @nb.njit(cache=True, nogil=True)
 def _start_certificate(Mi, Mv, Mw, slots, kinv, theta, k, u, seed, scale, r, work):
     """Draw the face certificate's direction ``r`` (:func:`_certificate_direction`, of norm
-    ``_CERTIFICATE_STEP * scale``); return the support's largest score at ``u`` (the
+    ``CERTIFICATE_STEP * scale``); return the support's largest score at ``u`` (the
     face's), or NaN when the hull fills the whole space (nothing to certify)."""
-    if not _certificate_direction(Mi, Mv, Mw, slots, kinv, k, seed, _CERTIFICATE_STEP * scale, r, work):
+    if not _certificate_direction(Mi, Mv, Mw, slots, kinv, k, seed, CERTIFICATE_STEP * scale, r, work):
         return np.nan
     return _largest_score(Mi, Mv, Mw, slots, theta, k, u, work[_PRODUCTS])
 
@@ -722,7 +703,7 @@ def _solve_one(
     spans the face of the solution, which the Jacobian projects on: the MAP structure
     adds nothing, being active or in the affine hull of the active structures (then its
     gap is zero in exact arithmetic), or its gap is rounding error (``ROUNDING_GAP``);
-    and the face certificate holds (``_CERTIFICATE_STEP``): the MAP structures at the
+    and the face certificate holds (``CERTIFICATE_STEP``): the MAP structures at the
     scores moved by +-r, r random and orthogonal to the hull, are in the hull too.
     Structures of the face have equal scores, so the oracle's tie-breaking alone can
     return the same few of them over and over while others, needed to span the face,
@@ -761,6 +742,8 @@ def _solve_one(
     # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
     # iterations and always before convergence is declared.
     checked = True
+    # Whether the gap came within NEAR_GAP (or tol) once: the solver then works to rounding.
+    near = False
     # Whether the point was refined since the active set last changed (exact only).
     refined = False
     # The face certificate: the sign of the perturbation r of the scores (0: none), and
@@ -788,7 +771,8 @@ def _solve_one(
         scale = max(1.0, abs(linear - 0.5 * u_squared))
         if gap <= tol * scale:
             status = TOL_REACHED
-        slack = _WEIGHT_SLACK if exact and status == TOL_REACHED else 0.0
+        near = near or gap <= max(tol, NEAR_GAP) * scale
+        slack = WEIGHT_SLACK if exact and near else 0.0
         code_hash = _code_hash(code)
         active = _find(Cb, Ch, slots, k, code, code_hash) >= 0
         tied = False
@@ -816,7 +800,7 @@ def _solve_one(
                 for j in range(count_u):
                     m[m_indices[j]] = 0.0
             schur = _schur(kinv, k, m_squared, border, work[_W])
-            if schur <= (_VERIFY_TOL if slack > 0.0 else _AFFINE_TOL) * max(1.0, m_squared):
+            if schur <= (VERIFY_TOL if slack > 0.0 else AFFINE_TOL) * max(1.0, m_squared):
                 if slack > 0.0 and _inverse_drift(Mi, Mv, Mw, slots, kinv, k, scratch, work) > _REFINE_DRIFT:
                     # The measurement refines with K^{-1}: rebuild it first if it drifted.
                     _rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch)
@@ -826,7 +810,7 @@ def _solve_one(
                     Mi, Mv, Mw, slots, kinv, k, m_indices, m_values, count_u, work[_W], m, work
                 )
             # In the active set's affine hull: it adds nothing to the Jacobian.
-            tied = exact and status == TOL_REACHED and schur <= _AFFINE_TOL * max(1.0, m_squared)
+            tied = exact and status == TOL_REACHED and schur <= AFFINE_TOL * max(1.0, m_squared)
             # Entered last time and left at once: numerically in the hull (the KKT solve
             # cannot tell its weight from zero), and entering it again would cycle.
             tied = tied or (exact and status == TOL_REACHED and code_hash == entered)
@@ -838,9 +822,9 @@ def _solve_one(
                 status = CONVERGED
                 break
             face_gap = score - _sparse_dot(m_indices, m_values, count_u, u) - reference
-            if face_gap < -_FACE_GAP * scale:  # off the face: r was too long
+            if face_gap < -FACE_GAP * scale:  # off the face: r was too long
                 shrinks += 1
-                if shrinks > _CERTIFICATE_SHRINKS:
+                if shrinks > CERTIFICATE_SHRINKS:
                     break
                 for j in range(du):
                     r[j] *= 0.1

@@ -226,8 +226,7 @@ def _solve_in_python(structure, solver_class, flat_u, flat_v, lengths, shapes, t
         pending = [b for b in range(batch) if not solvers[b].done]
         if not pending:
             break
-        current_u = np.stack([solvers[b].u for b in pending])
-        scores_u = (flat_u[pending] - current_u).reshape((len(pending),) + u_shape)
+        scores_u = np.stack([solvers[b].map_scores() for b in pending]).reshape((len(pending),) + u_shape)
         pending_lengths = None if lengths is None else lengths[pending]
         codes = structure.map(scores_u, eta_v[pending], pending_lengths)
         m, n = structure.indicators(codes, u_shape, v_shape, pending_lengths)

@@ -66,6 +66,10 @@ class SupportState:
         """SparseMAP objective ``<eta_u, u> + <eta_v, v> - ||u||^2 / 2`` at the current point."""
         return float(self.eta_u @ self.u + self.eta_v @ self.v - 0.5 * self.u @ self.u)
 
+    def map_scores(self) -> np.ndarray:
+        """The unary scores of the next MAP call: ``eta_u - u``, the gradient at the point."""
+        return self.eta_u - self.u
+
     def linear_scores(self, M: np.ndarray, N: np.ndarray) -> np.ndarray:
         """Scores of structures under the objective linearised at the current point."""
         return M @ (self.eta_u - self.u) + N @ self.eta_v
