@@ -16,25 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from keras_structured.engine import tolerances
 from keras_structured.engine.support import SupportState
-from keras_structured.engine.tolerances import (
-    AFFINE_TOL,
-    CERTIFICATE_SHRINKS,
-    CERTIFICATE_STEP,
-    FACE_GAP,
-    NEAR_GAP,
-    REFINEMENTS,
-    RESIDUAL_TOL,
-    ROUNDING_GAP,
-    VERIFY_TOL,
-    WEIGHT_SLACK,
-)
 
 
 def _affinely_dependent(schur: float, m: np.ndarray) -> bool:
     """Whether ``m``, with Schur complement ``schur`` against the active set, lies in the
-    active structures' affine hull (up to ``AFFINE_TOL``)."""
-    return schur <= AFFINE_TOL * max(1.0, m @ m)
+    active structures' affine hull (up to ``tolerances.AFFINE_TOL``)."""
+    return schur <= tolerances.AFFINE_TOL * max(1.0, m @ m)
 
 
 class ActiveSetSolver(SupportState):
@@ -44,7 +33,7 @@ class ActiveSetSolver(SupportState):
         exact: once the gap is within ``tol``, go on to the method's finite
             termination: the MAP structure adds nothing, being active or in the
             affine hull of the active ones, or its gap is rounding error
-            (``ROUNDING_GAP``), and the face certificate holds: the MAP structures at
+            (``tolerances.ROUNDING_GAP``), and the face certificate holds: the MAP structures at
             the scores moved by +-r, r random and orthogonal to the support's affine
             hull, are in the hull too (structures of the solution's face that the
             oracle's tie-breaking never returns are found this way and enter). The
@@ -62,7 +51,7 @@ class ActiveSetSolver(SupportState):
         self._stalls = 0
         self.exact = exact
         self._tol_reached = False
-        self._near = False  # the gap came within NEAR_GAP (or tol): work to rounding
+        self._near = False  # the gap came within tolerances.NEAR_GAP (or tol): work to rounding
         self._refined = False  # since the active set last changed
         self._entered = b""  # the key of the structure that entered last
         # The face certificate: the sign of the perturbation of the MAP scores (0: none),
@@ -78,10 +67,10 @@ class ActiveSetSolver(SupportState):
         if self._sign != 0:
             self._certify(m, n, code)
             return
-        finished = self.check_gap(m, n, min(self.tol, ROUNDING_GAP) if self.exact else self.tol)
+        finished = self.check_gap(m, n, min(self.tol, tolerances.ROUNDING_GAP) if self.exact else self.tol)
         active = self.index_of(code) is not None
         self._tol_reached = self._tol_reached or self.gap_within(self.tol)
-        self._near = self._near or self.gap_within(max(self.tol, NEAR_GAP))
+        self._near = self._near or self.gap_within(max(self.tol, tolerances.NEAR_GAP))
         if self.exact and not finished:
             # Terminated: the MAP structure adds nothing to the support's affine hull.
             finished = self._tol_reached and self._in_hull(m, code)
@@ -126,7 +115,7 @@ class ActiveSetSolver(SupportState):
     def _start_certificate(self) -> bool:
         """Draw the certificate's direction: a uniform random vector projected orthogonally
         to the support's affine hull, ``r = g - M_I^T c`` with ``(lambda, c) = K^{-1} [0;
-        M_I g]``, of norm ``CERTIFICATE_STEP * scale``. False when the hull fills the whole
+        M_I g]``, of norm ``tolerances.CERTIFICATE_STEP * scale``. False when the hull fills the whole
         space (nothing to certify)."""
         g = np.random.default_rng(self.map_calls).uniform(-1.0, 1.0, self.u.size)
         c = self.kkt_inverse @ np.concatenate([[0.0], self.M @ g])
@@ -134,7 +123,7 @@ class ActiveSetSolver(SupportState):
         length = float(np.linalg.norm(r))
         if length == 0.0:
             return False
-        self._direction = r * (CERTIFICATE_STEP * max(1.0, abs(self.objective)) / length)
+        self._direction = r * (tolerances.CERTIFICATE_STEP * max(1.0, abs(self.objective)) / length)
         self._face_score = float(self.linear_scores(self.M, self.N).max())
         self._sign, self._shrinks = 1, 0
         return True
@@ -143,17 +132,17 @@ class ActiveSetSolver(SupportState):
         """Take the MAP structure at the perturbed scores: in the hull, the certificate
         holds on this side; a structure of the face outside it enters (the next
         certificate follows at once unless a structure left); one further off than
-        ``FACE_GAP`` shrinks the perturbation."""
+        ``tolerances.FACE_GAP`` shrinks the perturbation."""
         self.map_calls += 1
         if self._in_hull(m, code):
             self._sign = -1 if self._sign > 0 else 0
             self.done = self.converged = self._sign == 0
             return
         face_gap = float(self.linear_scores(m[None], n[None])[0]) - self._face_score
-        if face_gap < -FACE_GAP * max(1.0, abs(self.objective)):
+        if face_gap < -tolerances.FACE_GAP * max(1.0, abs(self.objective)):
             self._shrinks += 1
             self._direction = 0.1 * self._direction
-            if self._shrinks > CERTIFICATE_SHRINKS:
+            if self._shrinks > tolerances.CERTIFICATE_SHRINKS:
                 self._sign, self.done = 0, True  # (not converged)
             return
         self._sign = 0
@@ -168,14 +157,14 @@ class ActiveSetSolver(SupportState):
     def _border(self, m):
         """``w = K^{-1} [1; M_I m]`` and the Schur complement of ``m``, measured directly
         (with refined ``w``) near the affine hull, as in ``compiled_active_set._hull_distance``:
-        below ``AFFINE_TOL``, and once within ``tol`` (exact) below ``VERIFY_TOL``."""
+        below ``tolerances.AFFINE_TOL``, and once within ``tol`` (exact) below ``tolerances.VERIFY_TOL``."""
         border = np.concatenate([[1.0], self.M @ m])
         w = self.kkt_inverse @ border
         schur = float(m @ m - border @ w)
-        verify = VERIFY_TOL if self.exact and self._near else AFFINE_TOL
+        verify = tolerances.VERIFY_TOL if self.exact and self._near else tolerances.AFFINE_TOL
         if schur > verify * max(1.0, m @ m):
             return w, schur
-        for _ in range(REFINEMENTS):
+        for _ in range(tolerances.REFINEMENTS):
             residual = m - w[1:] @ self.M
             w = w + self.kkt_inverse @ np.concatenate([[1.0 - w[1:].sum()], self.M @ residual - w[0]])
         residual = m - w[1:] @ self.M
@@ -238,16 +227,16 @@ class ActiveSetSolver(SupportState):
     def _solve_relaxed(self) -> None:
         """Solve the KKT system on the active set; drop structures until it is feasible.
         Near the optimum (exact), the solution is refined first and weights down to
-        ``-WEIGHT_SLACK`` count as zero, as in the compiled kernel: the weights of the
+        ``-tolerances.WEIGHT_SLACK`` count as zero, as in the compiled kernel: the weights of the
         face's structures are rounding error there."""
-        slack = WEIGHT_SLACK if self.exact and self._near else 0.0
+        slack = tolerances.WEIGHT_SLACK if self.exact and self._near else 0.0
         refactored = False
         while True:
             solution = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
-            for _ in range(REFINEMENTS if slack else 0):
+            for _ in range(tolerances.REFINEMENTS if slack else 0):
                 solution = solution + self.kkt_inverse @ self._kkt_residual(solution)
             residual = self._kkt_residual(solution)
-            drifted = abs(residual[0]) > 1e-8 or np.abs(residual[1:]).max() > RESIDUAL_TOL * max(
+            drifted = abs(residual[0]) > 1e-8 or np.abs(residual[1:]).max() > tolerances.RESIDUAL_TOL * max(
                 1.0, np.abs(self.theta).max()
             )
             if drifted and not refactored:
