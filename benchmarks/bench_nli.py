@@ -2,14 +2,14 @@
 
 ESIM with three attentions (``softmax``, ``sequence``: sequential SparseMAP, ``matching``:
 matching SparseMAP) is trained on SICK by SGD. The benchmark only drives
-``python -m keras_structured.nli`` and reads the files it writes (``config.json``,
+``python -m keras_structured.applications.nli`` and reads the files it writes (``config.json``,
 ``progress.csv``, ``final.json``, ``eval_test.json``, the ``align`` and ``time`` JSON), never
 its Python internals.
 
 Subcommands:
 
 * ``run``: brings every run of the plan to completion, ``--jobs`` at a time. A run is one
-  ``python -m keras_structured.nli train ... --quiet`` subprocess with logdir
+  ``python -m keras_structured.applications.nli train ... --quiet`` subprocess with logdir
   ``{root}/{attention}/lr{lr}/seed{S}`` (output in ``bench_train.log`` there): a run with
   ``final.json`` is finished and skipped, one with a ``checkpoint/`` is resumed with
   ``--resume``, any other is started afresh. Each process starts no new epoch after
@@ -109,7 +109,7 @@ CHECKPOINT = f"{CHECKPOINT_DIR}/state.json"
 MAX_WIDENINGS = 2
 # Minutes after which a training process starts no new epoch (see execute).
 TIME_LIMIT_MINUTES = 40
-CLI = ("-m", "keras_structured.nli")
+CLI = ("-m", "keras_structured.applications.nli")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +324,7 @@ def train_command(
     resume: bool = False,
     python: str = sys.executable,
 ) -> list[str]:
-    """``python -m keras_structured.nli train ... --quiet`` argv of ``spec``."""
+    """``python -m keras_structured.applications.nli train ... --quiet`` argv of ``spec``."""
     argv = [python, *CLI, "train", "--data", str(data), "--attention", spec.attention]
     argv += ["--learning-rate", f"{spec.learning_rate:g}", "--seed", str(spec.seed)]
     argv += ["--logdir", str(spec.logdir(root)), *config.train_args, "--quiet"]
@@ -332,12 +332,13 @@ def train_command(
 
 
 def eval_command(logdir: Path, config: SuiteConfig, python: str = sys.executable) -> list[str]:
-    """``python -m keras_structured.nli evaluate --logdir ... --split test --json`` argv."""
+    """``python -m keras_structured.applications.nli evaluate --logdir ... --split test --json`` argv."""
     return [python, *CLI, "evaluate", "--logdir", str(logdir), "--split", "test", *config.eval_args, "--json"]
 
 
 def align_command(logdir: Path, python: str = sys.executable) -> list[str]:
-    """``python -m keras_structured.nli align`` argv writing ``{logdir}/alignments_test.json``."""
+    """``python -m keras_structured.applications.nli align`` argv writing
+    ``{logdir}/alignments_test.json``."""
     return [
         python,
         *CLI,
@@ -703,7 +704,7 @@ def _missing_lines(plan: Plan) -> list[str]:
 
 def _plot_figure5(plan: Plan, root: Path, out: Path) -> list[Path]:
     """One PNG per Figure 5 pair: the attention of every attention's figure run on that pair."""
-    from keras_structured.nli.figures import plot_alignments
+    from keras_structured.applications.nli.figures import plot_alignments
 
     read = {
         attention: read_json(spec.logdir(root) / ALIGN_FILE)

@@ -2,14 +2,14 @@
 
 Five losses (``sparsemap``, ``margin_sparsemap``, ``crf``, ``hinge``, ``perceptron``) train the
 Kiperwasser & Goldberg BiLSTM parser on five UD treebanks (en, vi, ja, zh, ro). The benchmark
-only drives ``python -m keras_structured.parsing`` and reads the files it writes
+only drives ``python -m keras_structured.applications.parsing`` and reads the files it writes
 (``config.json``, ``progress.csv``, ``sparsity_dev.jsonl``, ``final.json``, ``eval_{split}.json``),
 never its Python internals.
 
 Subcommands:
 
 * ``run``: brings every run of the plan to completion, ``--jobs`` at a time. A run is one
-  ``python -m keras_structured.parsing train ... --quiet`` subprocess with logdir
+  ``python -m keras_structured.applications.parsing train ... --quiet`` subprocess with logdir
   ``{root}/{lang}/{loss}/lr{lr}/seed{S}`` (output in ``bench_train.log`` there): a run with
   ``final.json`` is finished and skipped, one with a ``checkpoint/`` is resumed with
   ``--resume``, any other is started afresh. Finished runs are evaluated with
@@ -152,7 +152,7 @@ CHECKPOINT_DIR = "checkpoint"
 #: The logdirs under the root, and the file of a checkpoint that can be resumed.
 LOGDIRS = "*/*/lr*/seed*"
 CHECKPOINT = f"{CHECKPOINT_DIR}/state.json"
-CLI = ("-m", "keras_structured.parsing")
+CLI = ("-m", "keras_structured.applications.parsing")
 TREEBANK_NOTES = {
     "en": "UD 2.0 (CoNLL 2017), as in the paper.",
     "vi": "UD 2.0 (CoNLL 2017), as in the paper.",
@@ -461,7 +461,7 @@ def train_command(
     resume: bool = False,
     python: str = sys.executable,
 ) -> list[str]:
-    """``python -m keras_structured.parsing train ... --quiet`` argv of ``spec``."""
+    """``python -m keras_structured.applications.parsing train ... --quiet`` argv of ``spec``."""
     argv = [python, *CLI, "train", "--treebank", str(data / LANGUAGES[spec.language]), "--loss", spec.loss]
     argv += ["--learning-rate", f"{spec.learning_rate:g}", "--seed", str(spec.seed)]
     argv += [
@@ -477,7 +477,7 @@ def train_command(
 
 
 def eval_command(logdir: Path, split: str, python: str = sys.executable) -> list[str]:
-    """``python -m keras_structured.parsing evaluate --logdir ... --split ... --json`` argv."""
+    """``python -m keras_structured.applications.parsing evaluate --logdir ... --split ... --json`` argv."""
     return [python, *CLI, "evaluate", "--logdir", str(logdir), "--split", split, "--json"]
 
 
@@ -643,7 +643,7 @@ def train_replica(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, en
 
 def time_runs(plan: Plan, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
     """Time the training steps of each language's :func:`timed_runs` side by side, in one
-    ``python -m keras_structured.parsing time`` process per language (skipped when its
+    ``python -m keras_structured.applications.parsing time`` process per language (skipped when its
     ``step_timing.json`` holds exactly those runs, or their replicas).
 
     Checkpoints are not kept across machines (``benchmarks/results/.gitignore``): when one of a
@@ -965,7 +965,8 @@ def _same_process_throughput_table(plan: Plan, root: Path) -> list[str]:
     """Sentences/s of the runs timed side by side (``{root}/{language}/step_timing.json``)."""
     lines = [
         f"The first seed's runs at the chosen rates, timed in one process on the same {TIMING_STEPS} "
-        "batches, taking training steps in turn (`python -m keras_structured.parsing time`): the "
+        "batches, taking training steps in turn "
+        "(`python -m keras_structured.applications.parsing time`): the "
         "measurement that a shared machine cannot bias. Ratio = median step time of sparsemap / crf. "
         "Timed models: the runs' last checkpoints, or, where those were gone (checkpoints stay on "
         f"the machine that trained them), replicas of the runs trained {REPLICA_EPOCHS} epochs with "
@@ -1055,7 +1056,7 @@ def _treebank_lines(plan: Plan, runs: list[RunResult]) -> list[str]:
 
 def _plot_figures(plan: Plan, groups: dict[tuple[str, str], list[RunResult]], out: Path) -> list[Path]:
     """Sparsity histograms and sparsity over training of the sparsemap loss, learning curves; per language."""
-    from keras_structured.parsing import figures
+    from keras_structured.applications.parsing import figures
 
     paths = []
     test_series = {}

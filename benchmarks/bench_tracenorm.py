@@ -1,6 +1,6 @@
 """Trace-norm parser benchmark (issue 16): the runs and tables that the issue asks for, through the CLI.
 
-The convex trace-norm bilinear parser (:mod:`keras_structured.parsing.tracenorm`, Frank-Wolfe /
+The convex trace-norm bilinear parser (:mod:`keras_structured.applications.parsing.tracenorm`, Frank-Wolfe /
 Hazan on ``||A||_* + lam ||eta||_2 <= C``) is trained and evaluated only through
 ``python examples/tracenorm_parser.py train / evaluate / frobenius``; the benchmark reads the
 files those write (``config.json``, ``progress.csv``, ``checkpoint.npz``, ``final.json``,

@@ -3,7 +3,7 @@
 For constant arc scores every tree scores the same, so the cost-augmented hinge loss
 ``max_y [s(y) + cost(y, gold)] - s(gold)`` equals the largest Hamming cost, ``2 n`` for a
 sentence of ``n`` words (a wrong head differs from the gold tree in two arc indicators).
-This script trains the parser of :mod:`keras_structured.parsing` from its Keras
+This script trains the parser of :mod:`keras_structured.applications.parsing` from its Keras
 initialisation, step by step, and prints every ``--every`` steps, per loss:
 
 * ``loss - 2n``: the mean training loss minus its constant-score value (hinge only);
@@ -53,10 +53,10 @@ def trace(loss_name: str, args: argparse.Namespace) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from keras_structured.parsing.batching import make_dataset
-    from keras_structured.parsing.conllu_reader import read_conllu, treebank_paths
-    from keras_structured.parsing.model import build_parser, make_loss
-    from keras_structured.parsing.vocabulary import Vocabulary
+    from keras_structured.applications.parsing.batching import make_dataset
+    from keras_structured.applications.parsing.conllu_reader import read_conllu, treebank_paths
+    from keras_structured.applications.parsing.model import build_parser, make_loss
+    from keras_structured.applications.parsing.vocabulary import Vocabulary
 
     train = read_conllu(treebank_paths(str(args.treebank), ("train",))["train"])
     train = [s for s in train if 0 < s.length <= 100]

@@ -1,6 +1,6 @@
 """Train, evaluate and sweep the trace-norm bilinear dependency parser (Hazan's algorithm).
 
-The parser and its training are :mod:`keras_structured.parsing.tracenorm`: arc scores
+The parser and its training are :mod:`keras_structured.applications.parsing.tracenorm`: arc scores
 ``phi_i^T A phi_j + eta^T d(i, j)`` over hashed token features, trained by Frank-Wolfe on
 ``min mean loss  s.t.  ||A||_* + lam ||eta||_2 <= C``.
 
@@ -60,7 +60,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-# Repeated from keras_structured.parsing.tracenorm so that --help answers without importing it.
+# Repeated from keras_structured.applications.parsing.tracenorm so that --help answers without importing it.
 _LOSSES = ("sparsemap", "hinge")
 _STEP_RULES = ("standard", "line_search")
 _SVD_METHODS = ("auto", "dense", "svds")
@@ -332,7 +332,7 @@ def _start_run(logdir: pathlib.Path, config: dict, kept: str, resumable: tuple[s
 
 
 def _read_split(treebank: str, split: str, limit: int | None):
-    from keras_structured.parsing.conllu_reader import read_conllu, treebank_paths
+    from keras_structured.applications.parsing.conllu_reader import read_conllu, treebank_paths
 
     sentences = read_conllu(treebank_paths(treebank, splits=(split,))[split])
     return sentences if limit is None else sentences[:limit]
@@ -350,9 +350,9 @@ def peak_memory_mib() -> float | None:
 
 def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | None:
     """One run (resumed from its checkpoint); None when stopped by ``--time-limit``."""
+    from keras_structured.applications.parsing import tracenorm
+    from keras_structured.applications.parsing.bilinear_features import featurize
     from keras_structured.divergence import DivergenceError
-    from keras_structured.parsing import tracenorm
-    from keras_structured.parsing.bilinear_features import featurize
     from keras_structured.run_directory import write_json
 
     settings = tracenorm.HazanConfig(
@@ -419,8 +419,8 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | N
 
 
 def _evaluate(logdir: pathlib.Path, split: str) -> dict:
-    from keras_structured.parsing import tracenorm
-    from keras_structured.parsing.bilinear_features import featurize
+    from keras_structured.applications.parsing import tracenorm
+    from keras_structured.applications.parsing.bilinear_features import featurize
     from keras_structured.run_directory import write_json
 
     missing = f"No run in '{logdir}': config.json is missing (run train first)."
@@ -452,9 +452,9 @@ def _evaluate(logdir: pathlib.Path, split: str) -> dict:
 
 def _frobenius(args: argparse.Namespace) -> dict:
     """The dense baseline (not resumable): trained, then evaluated on dev and test."""
+    from keras_structured.applications.parsing import tracenorm
+    from keras_structured.applications.parsing.bilinear_features import featurize
     from keras_structured.divergence import DivergenceError
-    from keras_structured.parsing import tracenorm
-    from keras_structured.parsing.bilinear_features import featurize
     from keras_structured.run_directory import write_csv, write_json
 
     settings = tracenorm.FrobeniusConfig(

@@ -58,13 +58,6 @@ register_string_identifiers(
     ),
 )
 
-# The application layers (the NLI model's Alignment and MaskedPooling, the parser's ArcScorer)
-# register themselves when their modules are imported: import them here, so that
-# keras.saving.load_model finds them after `import keras_structured` (neither module imports
-# an optional dependency).
-from keras_structured.nli import layers as _nli_layers  # noqa: E402, F401
-from keras_structured.parsing import model as _parsing_model  # noqa: E402, F401
-
 __all__ = [
     "FactorizationMachine",
     "PolynomialNetwork",

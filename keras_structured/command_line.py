@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from keras_structured._validation import check_integer, check_number
+from keras_structured.validation import check_integer, check_number
 
 __all__ = ["integer", "number"]
 

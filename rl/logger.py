@@ -9,8 +9,8 @@ import math
 import os
 from pathlib import Path
 
-from keras_structured._tensorboard import ScalarWriter
 from keras_structured.run_directory import open_for_appending, write_csv
+from keras_structured.tensorboard_scalars import ScalarWriter
 from rl.checkpoint import CheckpointError
 from rl.run_dir import read_rows
 

@@ -1,5 +1,5 @@
 """Helpers of the tests that train from a command line into a log directory
-(``python -m keras_structured.parsing`` and ``python -m keras_structured.nli``)."""
+(``python -m keras_structured.applications.parsing`` and ``python -m keras_structured.applications.nli``)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def main_in_new_process(package: str, *argvs: Sequence[str]) -> None:
     state; only a new process shows what a resume after a real interruption does.
 
     Args:
-        package: the command line's package, such as ``"keras_structured.parsing"``.
+        package: the command line's package, such as ``"keras_structured.applications.parsing"``.
         *argvs: the arguments of each command.
 
     Raises:

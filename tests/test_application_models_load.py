@@ -1,20 +1,20 @@
 """The application models (ESIM with structured alignments, the BiLSTM parser) reload from
-``.keras`` in a new process that imports only ``keras`` and ``keras_structured``: their layers
-are registered by ``import keras_structured``, as the library's own layers are."""
+``.keras`` in a new process that imports only ``keras`` and ``keras_structured.applications``:
+their layers are registered by that import (the library itself imports no application)."""
 
 import subprocess
 import sys
 
 import numpy as np
 
-from keras_structured.nli.model import build_esim
-from keras_structured.parsing.model import build_parser
+from keras_structured.applications.nli.model import build_esim
+from keras_structured.applications.parsing.model import build_parser
 
 _LOAD = r"""
 import sys
 import numpy as np
 import keras
-import keras_structured  # noqa: F401 (registers every layer)
+import keras_structured.applications  # noqa: F401 (registers the applications' layers)
 for path in sys.argv[1:]:
     model = keras.saving.load_model(path)
     inputs = np.load(path + ".inputs.npz")
@@ -29,7 +29,7 @@ def _save(model, inputs, path):
     return np.asarray(model(inputs, training=False))
 
 
-def test_a_new_process_reloads_both_models_after_import_keras_structured(tmp_path):
+def test_a_new_process_reloads_both_models_after_importing_the_applications(tmp_path):
     rng = np.random.default_rng(0)
     expected = {}
     for attention in ("sequence", "matching"):

@@ -1,7 +1,7 @@
 """Plan, resume logic and report of ``benchmarks/bench_nli.py`` with a fake NLI command line.
 
 No model is trained: the runner's subprocess calls are replaced by a stub that writes what
-``python -m keras_structured.nli {train,evaluate,align,time}`` would (``config.json``,
+``python -m keras_structured.applications.nli {train,evaluate,align,time}`` would (``config.json``,
 ``progress.csv``, ``checkpoint/state.json``, ``final.json``, ``eval_test.json``, the
 ``align`` and ``time`` JSON files).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_structured.nli.training import PROGRESS_COLUMNS
+from keras_structured.applications.nli.training import PROGRESS_COLUMNS
 from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
 bench = load_runner("bench_nli")
@@ -175,7 +175,7 @@ def test_commands_fresh_resume_and_evaluation_only(tmp_path):
     spec = R("sequence", 0.0625, 1)
     steps = bench.run_commands(spec, bench.RunStatus(), config, Path("sick.tsv"), tmp_path)
     (kind, train), (_, evaluate) = steps
-    assert kind == "train" and train[1:4] == ["-m", "keras_structured.nli", "train"]
+    assert kind == "train" and train[1:4] == ["-m", "keras_structured.applications.nli", "train"]
     assert arg_value(train, "--attention") == "sequence" and arg_value(train, "--learning-rate") == "0.0625"
     assert arg_value(train, "--logdir") == str(tmp_path / "sequence" / "lr0.0625" / "seed1")
     assert "--resume" not in train and train[-3:] == ["--epochs", "2", "--quiet"]

@@ -1,7 +1,7 @@
 """Plan, resume logic and report of ``benchmarks/bench_parsing.py`` on synthetic run directories.
 
 No parser is trained: runs are fake ``config.json`` / ``progress.csv`` / ``final.json`` /
-``eval_{split}.json`` files following the contract of ``python -m keras_structured.parsing``,
+``eval_{split}.json`` files following the contract of ``python -m keras_structured.applications.parsing``,
 and the runner's subprocess calls are replaced by a stub that writes them.
 """
 
@@ -269,7 +269,8 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     config = bench.SuiteConfig(train_args=bench.QUICK_TRAIN_ARGS)
     spec = bench.RunSpec("vi", "margin_sparsemap", 0.0005, 1)
     logdir = str(tmp_path / "vi" / "margin_sparsemap" / "lr0.0005" / "seed1")
-    train = ["py", "-m", "keras_structured.parsing", "train", "--treebank", str(Path("/ud") / "vi_vtb-2.0")]
+    train = ["py", "-m", "keras_structured.applications.parsing", "train"]
+    train += ["--treebank", str(Path("/ud") / "vi_vtb-2.0")]
     train += ["--loss", "margin_sparsemap", "--learning-rate", "0.0005", "--seed", "1", "--logdir", logdir]
     train += ["--min-epochs", str(bench.MIN_EPOCHS), *bench.PARSER_ARGS]
     train += ["--max-train-sentences", "200", "--epochs", "3"]
@@ -280,7 +281,7 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
             [
                 "py",
                 "-m",
-                "keras_structured.parsing",
+                "keras_structured.applications.parsing",
                 "evaluate",
                 "--logdir",
                 logdir,
@@ -364,12 +365,13 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     py = sys.executable
     logdir = f"{root}/vi/sparsemap/lr0.002/seed0"
     assert lines[0] == (
-        f"{py} -m keras_structured.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
+        f"{py} -m keras_structured.applications.parsing train --treebank /ud/vi_vtb-2.0 --loss sparsemap "
         f"--learning-rate 0.002 --seed 0 --logdir {logdir} --min-epochs {bench.MIN_EPOCHS} "
         "--lowercase --collapse-numbers --tag-column xpos --dropout 0.33 --learning-rate-decay 0.9 "
         "--max-train-sentences 200 --epochs 3 --quiet"
     )
-    assert lines[1] == f"{py} -m keras_structured.parsing evaluate --logdir {logdir} --split dev --json"
+    evaluate = f"{py} -m keras_structured.applications.parsing evaluate --logdir {logdir}"
+    assert lines[1] == f"{evaluate} --split dev --json"
     assert lines[2].endswith("--split test --json") and "--loss crf" in lines[3]
     assert lines[6:] == ["# One learning rate (0.002) for every run: nothing tuned."]
     assert not root.exists()  # a dry run writes nothing
@@ -379,8 +381,9 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     assert bench.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 5
-    assert lines[0] == f"{py} -m keras_structured.parsing evaluate --logdir {logdir} --split test --json"
-    assert lines[1].startswith(f"{py} -m keras_structured.parsing train") and lines[1].endswith(
+    evaluate = f"{py} -m keras_structured.applications.parsing evaluate --logdir {logdir}"
+    assert lines[0] == f"{evaluate} --split test --json"
+    assert lines[1].startswith(f"{py} -m keras_structured.applications.parsing train") and lines[1].endswith(
         "--quiet --resume"
     )
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keras_structured.parsing.tracenorm import PROGRESS_COLUMNS
+from keras_structured.applications.parsing.tracenorm import PROGRESS_COLUMNS
 from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
 
 bench = load_runner("bench_tracenorm")

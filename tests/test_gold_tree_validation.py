@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from keras_structured.parsing.conllu_reader import read_conllu
+from keras_structured.applications.parsing.conllu_reader import read_conllu
 from tests.shared_data import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(

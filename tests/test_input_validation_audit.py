@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured.nli.sick_reader import read_sick
+from keras_structured.applications.nli.sick_reader import read_sick
 from keras_structured.ops.crf import (
     linear_chain_crf_log_partition,
     linear_chain_crf_marginals,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_structured.nli.batching import encode_pairs, make_dataset
-from keras_structured.nli.sick_reader import DEFAULT_SICK, LABELS, Pair, read_sick, tokenize
-from keras_structured.nli.vocabulary import PAD_ID, UNK_ID, Vocabulary
+from keras_structured.applications.nli.batching import encode_pairs, make_dataset
+from keras_structured.applications.nli.sick_reader import DEFAULT_SICK, LABELS, Pair, read_sick, tokenize
+from keras_structured.applications.nli.vocabulary import PAD_ID, UNK_ID, Vocabulary
 
 HEADER = "pair_id\tsentence_a\tsentence_b\tlabel\tsplit\n"
 

@@ -12,13 +12,13 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured.nli.alignments import ATTENTIONS, align
-from keras_structured.nli.batching import encode_pairs, make_dataset
-from keras_structured.nli.layers import Alignment, MaskedPooling
-from keras_structured.nli.model import build_esim
-from keras_structured.nli.sick_reader import DEFAULT_SICK, read_sick
-from keras_structured.nli.transition_bins import BIN_NAMES, binned_transition_scores
-from keras_structured.nli.vocabulary import PAD_ID, Vocabulary
+from keras_structured.applications.nli.alignments import ATTENTIONS, align
+from keras_structured.applications.nli.batching import encode_pairs, make_dataset
+from keras_structured.applications.nli.layers import Alignment, MaskedPooling
+from keras_structured.applications.nli.model import build_esim
+from keras_structured.applications.nli.sick_reader import DEFAULT_SICK, read_sick
+from keras_structured.applications.nli.transition_bins import BIN_NAMES, binned_transition_scores
+from keras_structured.applications.nli.vocabulary import PAD_ID, Vocabulary
 from tests.layer_checks import check_layer
 
 SMALL = {"embedding_dim": 12, "units": 8}

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from keras_structured.nli.__main__ import main
-from keras_structured.nli.figures import plot_alignments
-from keras_structured.nli.training import NLIConfig
+from keras_structured.applications.nli.__main__ import main
+from keras_structured.applications.nli.figures import plot_alignments
+from keras_structured.applications.nli.training import NLIConfig
 from tests.cli_runs import read_progress, scalar_events, train_in_parts, write_pairs
 
 SIZES = ["--embedding-dim", "8", "--units", "6"]

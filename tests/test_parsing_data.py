@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_structured.parsing.batching import make_dataset
-from keras_structured.parsing.conllu_reader import Sentence, read_conllu, treebank_paths
-from keras_structured.parsing.evaluation import attachment_scores
-from keras_structured.parsing.vocabulary import PAD_ID, ROOT_ID, UNK_ID, Vocabulary, word_dropout
+from keras_structured.applications.parsing.batching import make_dataset
+from keras_structured.applications.parsing.conllu_reader import Sentence, read_conllu, treebank_paths
+from keras_structured.applications.parsing.evaluation import attachment_scores
+from keras_structured.applications.parsing.vocabulary import PAD_ID, ROOT_ID, UNK_ID, Vocabulary, word_dropout
 
 DATA = pathlib.Path(__file__).parent / "data"
 # The shared treebanks sit next to the repository (see shared/data/ud/README.md).

@@ -1,4 +1,5 @@
-"""The parsing figures (``keras_structured/parsing/figures.py``) write PNGs and reject bad input."""
+"""The parsing figures (``keras_structured/applications/parsing/figures.py``) write PNGs and
+reject bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from keras_structured.parsing import figures  # noqa: E402
+from keras_structured.applications.parsing import figures  # noqa: E402
 
 WORDS = ["The", "old", "man", "the", "boat", "."]
 TOP = np.array([-1, 3, 3, 0, 5, 3, 3])  # "the old man | the boat": man is the root

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_structured.parsing.__main__ import main
-from keras_structured.parsing.batching import make_dataset
-from keras_structured.parsing.conllu_reader import read_conllu
-from keras_structured.parsing.evaluation import attachment_scores
-from keras_structured.parsing.model import ArcScorer, build_parser, make_loss
-from keras_structured.parsing.training import decode, predict_scores, sparse_trees
-from keras_structured.parsing.vocabulary import Vocabulary
+from keras_structured.applications.parsing.__main__ import main
+from keras_structured.applications.parsing.batching import make_dataset
+from keras_structured.applications.parsing.conllu_reader import read_conllu
+from keras_structured.applications.parsing.evaluation import attachment_scores
+from keras_structured.applications.parsing.model import ArcScorer, build_parser, make_loss
+from keras_structured.applications.parsing.training import decode, predict_scores, sparse_trees
+from keras_structured.applications.parsing.vocabulary import Vocabulary
 from tests.cli_runs import SAMPLE_CONLLU as SAMPLE
 from tests.cli_runs import main_in_new_process, read_progress, sample_treebank, train_in_parts
 from tests.layer_checks import check_layer
@@ -156,8 +156,8 @@ def test_a_run_resumed_in_a_new_process_is_the_uninterrupted_run(tmp_path, capsy
     uninterrupted = _arguments(treebank, tmp_path / "whole", *quick)
     part = functools.partial(_arguments, treebank, tmp_path / "parts", *quick, "--time-limit", "0")
     # The uninterrupted run, then the first epoch of the interrupted one; its second epoch alone.
-    main_in_new_process("keras_structured.parsing", uninterrupted, part())
-    main_in_new_process("keras_structured.parsing", part("--resume"))
+    main_in_new_process("keras_structured.applications.parsing", uninterrupted, part())
+    main_in_new_process("keras_structured.applications.parsing", part("--resume"))
     whole, parts = read_progress(tmp_path / "whole"), read_progress(tmp_path / "parts")
     assert [row["epoch"] for row in parts] == ["1", "2"]
     for column in ("loss", "dev_uas"):

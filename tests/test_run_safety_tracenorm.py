@@ -1,6 +1,6 @@
 """Run directories of the trace-norm parser that survive anything (issue 40).
 
-``examples/tracenorm_parser.py`` and :class:`~keras_structured.parsing.tracenorm.HazanTrainer`:
+``examples/tracenorm_parser.py`` and :class:`~keras_structured.applications.parsing.tracenorm.HazanTrainer`:
 a rerun is checked against the run's ``config.json`` before anything is written; one writer
 at a time (``RunLock``); no write follows a symlink planted in the run directory, and no file
 is truncated then rewritten; a first step that fails leaves a run that the same command starts
@@ -27,12 +27,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-import keras_structured.parsing.tracenorm.frobenius as frobenius_module
-import keras_structured.parsing.tracenorm.hazan as hazan_module
+import keras_structured.applications.parsing.tracenorm.frobenius as frobenius_module
+import keras_structured.applications.parsing.tracenorm.hazan as hazan_module
+from keras_structured.applications.parsing import tracenorm as tn
+from keras_structured.applications.parsing.bilinear_features import featurize
+from keras_structured.applications.parsing.conllu_reader import read_conllu
 from keras_structured.divergence import DivergenceError
-from keras_structured.parsing import tracenorm as tn
-from keras_structured.parsing.bilinear_features import featurize
-from keras_structured.parsing.conllu_reader import read_conllu
 from keras_structured.run_directory import RunLock
 from tests.test_tracenorm import CLI, ROOT, SAMPLE, cli_module, write_tiny_treebank
 
@@ -371,7 +371,7 @@ def test_cli_divergence_exits_with_an_error_and_no_final_json(cli, treebank, tmp
 
 def _nan_gradient_at_step(monkeypatch, step: int) -> None:
     nan_eta = lambda result: dataclasses.replace(result, grad_eta=np.full_like(result.grad_eta, np.nan))  # noqa: E731
-    _poison(monkeypatch, frobenius_module, "_gradient", step, nan_eta)
+    _poison(monkeypatch, frobenius_module, "objective_gradient", step, nan_eta)
 
 
 def test_frobenius_divergence_is_an_error_not_a_result(cli, treebank, small, tmp_path, monkeypatch, capsys):

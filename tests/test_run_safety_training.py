@@ -22,11 +22,11 @@ import keras
 import numpy as np
 import pytest
 
+from keras_structured.applications.nli.__main__ import main as nli_main
+from keras_structured.applications.nli.training import NLIConfig
+from keras_structured.applications.parsing.__main__ import main as parser_main
+from keras_structured.applications.parsing.training import ParserConfig
 from keras_structured.divergence import DivergenceError
-from keras_structured.nli.__main__ import main as nli_main
-from keras_structured.nli.training import NLIConfig
-from keras_structured.parsing.__main__ import main as parser_main
-from keras_structured.parsing.training import ParserConfig
 from keras_structured.run_directory import RunLock, RunLockedError, UnsafePathError
 from tests.cli_runs import read_progress, sample_treebank, write_pairs
 
@@ -365,7 +365,7 @@ def test_a_max_length_that_leaves_out_every_sentence_is_named(treebank, tmp_path
 def _start_training(treebank, logdir, *extra) -> subprocess.Popen:
     arguments = parser_train(treebank, logdir, *extra)
     return subprocess.Popen(
-        [sys.executable, "-m", "keras_structured.parsing", *arguments],
+        [sys.executable, "-m", "keras_structured.applications.parsing", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -387,7 +387,7 @@ def test_a_second_training_process_is_refused(treebank, tmp_path):
     logdir = tmp_path / "run"
     script = (
         "import pathlib, sys, time\n"
-        "from keras_structured.parsing.__main__ import main\n"
+        "from keras_structured.applications.parsing.__main__ import main\n"
         "print('ready', flush=True)\n"
         f"while not pathlib.Path({str(logdir / 'config.json')!r}).exists():\n"
         "    time.sleep(0.01)\n"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from keras_structured._step_timing import interleaved_step_seconds, report_timings, step_summary
+from keras_structured.applications.timing import interleaved_step_seconds, report_timings, step_summary
 
 
 def test_models_take_turns_on_each_batch_in_rotating_order_after_an_untimed_pass():

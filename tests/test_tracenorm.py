@@ -47,18 +47,18 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 from scipy.sparse.linalg import aslinearoperator
 
-from keras_structured.divergence import DivergenceError
-from keras_structured.engine import DependencyTreeStructure, solve
-from keras_structured.engine.dependency_tree import best_trees
-from keras_structured.parsing import tracenorm as tn
-from keras_structured.parsing.bilinear_features import (
+from keras_structured.applications.parsing import tracenorm as tn
+from keras_structured.applications.parsing.bilinear_features import (
     NUM_DISTANCE_FEATURES,
     ROOT_FEATURE,
     distance_index,
     featurize,
     token_feature_matrix,
 )
-from keras_structured.parsing.conllu_reader import Sentence, read_conllu
+from keras_structured.applications.parsing.conllu_reader import Sentence, read_conllu
+from keras_structured.divergence import DivergenceError
+from keras_structured.engine import DependencyTreeStructure, solve
+from keras_structured.engine.dependency_tree import best_trees
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "en_ewt_sample.conllu"

@@ -1,4 +1,5 @@
-"""The run-directory rules shared by the parser and NLI command lines (``keras_structured._training_runs``):
+"""The run-directory rules shared by the parser and NLI command lines
+(``keras_structured.applications.training_runs``):
 early stopping after ``min_epochs``, runs never mixed, a larger budget extending a finished run.
 End-to-end runs (exact resume, the files written) are in ``test_parsing_model.py`` and
 ``test_nli_training.py``."""
@@ -10,7 +11,7 @@ import json
 
 import pytest
 
-from keras_structured._training_runs import TrainingRun, check_logdir, finished
+from keras_structured.applications.training_runs import TrainingRun, check_logdir, finished
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The shared argument checks (``keras_structured._validation``) and ``SolverOptions``.
+"""The shared argument checks (``keras_structured.validation``) and ``SolverOptions``.
 
 ``SolverOptions`` is frozen and checked once; every entry point that solves SparseMAP
 (engine ``solve``, the ``sparsemap`` op, the layers, the losses) takes it, keeps the
@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured import _validation
+from keras_structured import validation as _validation
 from keras_structured.engine import SequenceStructure, SimplexStructure, SolverOptions, solve
 from keras_structured.engine.options import resolve_options
 from keras_structured.polynomial import PolynomialNetworkClassifier

@@ -24,9 +24,9 @@ import functools
 
 import numpy as np
 
-from keras_structured._validation import check_bool, check_integer, check_number, check_one_of
 from keras_structured.engine.active_set import ActiveSetSolver
 from keras_structured.engine.frank_wolfe import FrankWolfeSolver
+from keras_structured.validation import check_bool, check_integer, check_number, check_one_of
 
 __all__ = ["DEFAULT_MAX_ITER", "METHODS", "SolverOptions", "SolverSettings", "resolve_options"]
 

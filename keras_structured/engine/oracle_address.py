@@ -17,8 +17,20 @@ import os
 
 import numba as nb
 from numba.core import cgutils, errors
-from numba.experimental.function_type import _get_jit_address
 from numba.extending import intrinsic
+
+#: The numba versions the compiled solver is tested on (``setup.cfg`` pins the same range).
+#: This module is the one place that uses numba's private API (``_get_jit_address``).
+SUPPORTED_NUMBA = ">=0.64,<0.69"
+
+try:
+    from numba.experimental.function_type import _get_jit_address
+except ImportError as error:  # a numba whose private API moved
+    raise ImportError(
+        f"keras-structured's compiled solver needs numba{SUPPORTED_NUMBA}: it calls numba's private "
+        "numba.experimental.function_type._get_jit_address, which this numba lacks. "
+        f"Received: numba=={nb.__version__}. Install a supported one: pip install 'numba{SUPPORTED_NUMBA}'."
+    ) from error
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -62,7 +62,6 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from keras_structured._validation import check_number
 from keras_structured.engine import (
     SolverOptions,
     Structure,
@@ -76,6 +75,7 @@ from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
 from keras_structured.ops.sparsemap_op import flatten_examples, raising_invalid_scores, sparsemap_solution
 from keras_structured.ops.xla import LOSS_FIX, refuse_xla
+from keras_structured.validation import check_number
 
 
 def _per_example_sum(x: tf.Tensor) -> tf.Tensor:

@@ -25,7 +25,6 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from keras_structured._validation import check_bool, check_integer, check_number, check_one_of
 from keras_structured.polynomial.conditional_gradient import (
     check_features,
     conditional_gradient,
@@ -33,6 +32,7 @@ from keras_structured.polynomial.conditional_gradient import (
 )
 from keras_structured.polynomial.losses import Loss, get_loss
 from keras_structured.polynomial.penalties import get_penalty
+from keras_structured.validation import check_bool, check_integer, check_number, check_one_of
 
 _PENALTIES = ("l1", "l1/l2", "l1/linf")
 

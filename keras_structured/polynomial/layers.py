@@ -11,8 +11,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_structured._validation import check_integer
 from keras_structured.polynomial import _ops
+from keras_structured.validation import check_integer
 
 
 class _SharedBasisLayer(keras.layers.Layer):

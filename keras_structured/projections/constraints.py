@@ -20,9 +20,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured._validation import assert_finite, check_number
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
+from keras_structured.validation import assert_finite, check_number
 
 #: Round-off counts as ``ROUNDOFF_ULPS eps`` times the magnitude of the terms of ``h``
 #: (``eps`` of the dtype it is evaluated in). Rounding an interpolated point and its

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_structured._validation import check_number
+from keras_structured.validation import check_number
 
 
 def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:

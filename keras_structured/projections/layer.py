@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import keras
 
-from keras_structured._validation import check_number
 from keras_structured.projections.constraints import Constraint, Intersection
+from keras_structured.validation import check_number
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")

@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from keras_structured._validation import check_integer
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.projections.constraints import LOGITS, Constraint, Intersection
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
+from keras_structured.validation import check_integer
 
 __all__ = ["default_step_size", "minimize", "projected_interpolation_descent"]
 

@@ -23,8 +23,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_structured._validation import check_number
 from keras_structured.projections.constraints import Constraint, check_array, roundoff
+from keras_structured.validation import check_number
 
 
 def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0) -> tf.Tensor:

@@ -1,0 +1,222 @@
+"""Command line of the NLI models:
+``python -m keras_structured.applications.nli {train,evaluate,align,time}``.
+
+Examples:
+    python -m keras_structured.applications.nli train --attention sequence --logdir runs/nli/sequence
+    python -m keras_structured.applications.nli train --logdir runs/nli/sequence --attention sequence --resume
+    python -m keras_structured.applications.nli evaluate --logdir runs/nli/sequence --split test
+    python -m keras_structured.applications.nli align --logdir runs/nli/sequence --png pairs.png
+    python -m keras_structured.applications.nli time --logdir runs/nli/softmax --logdir runs/nli/sequence
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pathlib
+import sys
+from collections.abc import Callable
+
+# The names and defaults, repeated here so that --help answers without TensorFlow.
+_ATTENTIONS = ("softmax", "sequence", "matching")
+_SPLITS = ("train", "trial", "test")
+_DEFAULT_SICK = (
+    pathlib.Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "nli" / "sick.tsv"
+).resolve()
+
+
+def _checked(kind: str, **bounds) -> Callable[[str], float | int]:
+    """The option type ``keras_structured.command_line.{kind}(**bounds)``, which refuses values
+    that cannot work when they are parsed, naming the option. It is imported then: the package
+    imports TensorFlow, which ``--help`` does without."""
+
+    def parse(text: str) -> float | int:
+        from keras_structured import command_line
+
+        return getattr(command_line, kind)(**bounds)(text)
+
+    return parse
+
+
+_AT_LEAST_ZERO, _AT_LEAST_ONE = _checked("integer", minimum=0), _checked("integer", minimum=1)
+_POSITIVE = _checked("number", minimum=0, open_minimum=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    shows_defaults = argparse.ArgumentDefaultsHelpFormatter  # in every command's --help
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_structured.applications.nli",
+        description="ESIM on SICK with softmax, sequential-SparseMAP or matching-SparseMAP attention "
+        "(the SparseMAP paper's section 5.2, Table 2 and Figure 5).",
+        formatter_class=shows_defaults,
+    )
+    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
+
+    train = commands.add_parser("train", help="train a model into a logdir (resumable)")
+    train.add_argument("--data", default=str(_DEFAULT_SICK), help="the SICK .tsv file (not distributed here)")
+    train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
+    train.add_argument("--attention", default="softmax", choices=_ATTENTIONS)
+    train.add_argument("--learning-rate", type=_POSITIVE, default=2.0**-4, help="SGD's initial learning rate")
+    train.add_argument(
+        "--learning-rate-decay",
+        type=_checked("number", minimum=0, maximum=1, open_minimum=True),
+        default=0.9,
+        help="factor applied after each epoch whose trial accuracy is not the best",
+    )
+    train.add_argument("--clipnorm", type=_POSITIVE, default=5.0, help="global gradient norm clipping")
+    train.add_argument("--seed", type=_AT_LEAST_ZERO, default=0)
+    train.add_argument("--epochs", type=_AT_LEAST_ONE, default=30, help="most epochs")
+    train.add_argument(
+        "--patience",
+        type=_AT_LEAST_ONE,
+        default=5,
+        help="epochs without a better trial accuracy before stopping",
+    )
+    train.add_argument(
+        "--min-epochs",
+        type=_AT_LEAST_ONE,
+        default=1,
+        help="epochs run before early stopping may stop training",
+    )
+    train.add_argument("--batch-size", type=_AT_LEAST_ONE, default=32)
+    train.add_argument(
+        "--max-train-pairs", type=_AT_LEAST_ONE, default=None, help="use the first N training pairs"
+    )
+    train.add_argument(
+        "--max-trial-pairs",
+        type=_AT_LEAST_ONE,
+        default=None,
+        help="measure trial accuracy on the first N trial pairs",
+    )
+    train.add_argument(
+        "--min-count", type=_AT_LEAST_ONE, default=2, help="least training count of a known word"
+    )
+    train.add_argument(
+        "--embedding-dim", type=_AT_LEAST_ONE, default=100, help="word embedding size (learned)"
+    )
+    train.add_argument(
+        "--units", type=_AT_LEAST_ONE, default=100, help="units of the BiLSTMs (per direction) and MLPs"
+    )
+    train.add_argument(
+        "--dropout", type=_checked("number", minimum=0, maximum=1, open_maximum=True), default=0.5
+    )
+    train.add_argument(
+        "--max-iter",
+        type=_AT_LEAST_ONE,
+        default=None,
+        help="most MAP calls per SparseMAP problem (None: the library's default, 2500)",
+    )
+    train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
+    train.add_argument(
+        "--time-limit",
+        type=_checked("number", minimum=0),
+        default=None,
+        help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
+    )
+    train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
+
+    evaluate = commands.add_parser("evaluate", help="accuracy and alignment sparsity of a run's best model")
+    evaluate.add_argument("--logdir", required=True)
+    evaluate.add_argument("--split", default="test", choices=_SPLITS)
+    evaluate.add_argument(
+        "--max-pairs", type=_AT_LEAST_ONE, default=None, help="evaluate the first N pairs of the split"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print one JSON line")
+
+    align = commands.add_parser("align", help="print (and draw, write) a run's attention on some pairs")
+    align.add_argument("--logdir", required=True)
+    align.add_argument("--split", default="test", choices=_SPLITS)
+    align.add_argument(
+        "--pair-ids",
+        type=int,
+        nargs="+",
+        default=None,
+        help="SICK pair_id values (default: the first short entailment and contradiction pairs)",
+    )
+    align.add_argument(
+        "--png", default=None, help="draw the heatmaps into this PNG file (one pair: as given)"
+    )
+    align.add_argument("--output", default=None, help="write the matrices as JSON into this file")
+
+    time_steps = commands.add_parser(
+        "time", help="seconds per training step of several runs' checkpoints, interleaved on the same batches"
+    )
+    time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
+    time_steps.add_argument("--steps", type=_AT_LEAST_ONE, default=30, help="timed steps per run")
+    time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
+    return parser
+
+
+def _train(args) -> None:
+    from keras_structured.applications.nli.training import NLIConfig, train
+    from keras_structured.applications.training_runs import train_from_arguments
+
+    train_from_arguments(args, NLIConfig, train)
+
+
+def _evaluate(args) -> None:
+    from keras_structured.applications.nli.training import evaluate
+
+    result = evaluate(args.logdir, args.split, args.max_pairs)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{args.split}: accuracy {result['accuracy']:.2f} over {result['pairs']} pairs; "
+            f"{result['alignment_nonzero_percent']:.1f}% nonzero attention weights; "
+            f"{result['mean_structures']:.2f} structures per pair ({result['attention']})"
+        )
+
+
+def _align(args) -> None:
+    from keras_structured.applications.nli.training import alignments
+
+    result = alignments(args.logdir, args.split, args.pair_ids)
+    for pair in result["pairs"]:
+        print(
+            f"pair {pair['pair_id']} ({pair['label']}, predicted {pair['predicted']}), "
+            f"structures {pair['structures']}"
+        )
+        print("  premise:    " + " ".join(pair["premise"]))
+        print("  hypothesis: " + " ".join(pair["hypothesis"]))
+        for i, word in enumerate(pair["premise"]):
+            weights = ", ".join(
+                f"{pair['hypothesis'][j]}={w:.2f}" for j, w in enumerate(pair["p2h"][i]) if w > 0.005
+            )
+            print(f"  {word} -> {weights}")
+    from keras_structured.applications.training_runs import save_output
+
+    if args.output:
+        save_output(args.output, lambda path: path.write_text(json.dumps(result) + "\n"))
+        print(f"wrote {args.output}")
+    if args.png:
+        from keras_structured.applications.nli.figures import plot_alignments
+
+        png = pathlib.Path(args.png)
+        for k, pair in enumerate(result["pairs"]):
+            path = png if len(result["pairs"]) == 1 else png.with_name(f"{png.stem}_{k}{png.suffix}")
+            title = f"pair {pair['pair_id']}: {pair['label']} (predicted {pair['predicted']})"
+            matrices = {result["attention"]: (pair["p2h"], pair["h2p"])}
+            draw = functools.partial(
+                plot_alignments, pair["premise"], pair["hypothesis"], matrices, title=title
+            )
+            save_output(path, draw)  # draw(path) with a temporary path
+            print(f"wrote {path}")
+
+
+def _time(args) -> None:
+    from keras_structured.applications.nli.step_timing import time_training_steps
+    from keras_structured.applications.timing import report_timings
+
+    report_timings(time_training_steps(args.logdir, args.steps), args.output)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    {"train": _train, "evaluate": _evaluate, "align": _align, "time": _time}[args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,611 @@
+"""Training runs in a log directory, one ``model.fit`` epoch at a time.
+
+The contract shared by ``python -m keras_structured.applications.parsing train`` and
+``python -m keras_structured.applications.nli train``. A run lives in one directory (``logdir``), which
+one process writes at a time (:class:`~keras_structured.run_directory.RunLock`, held from
+opening the run to its end) and whose every file is written whole, never through a symlink
+(:mod:`keras_structured.run_directory`):
+
+- ``config.json``: the run's settings (a dataclass, as ``dataclasses.asdict`` writes it),
+  and ``vocabulary.json``;
+- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, rewritten
+  whole after each epoch, and the same numbers as TensorBoard scalars
+  (``events.out.tfevents.*``, step = epoch);
+- ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
+  (the loop state) after the last finished epoch, from which ``--resume`` continues. It is
+  written as ``checkpoint.next/`` and swapped in by two renames, so a process killed at any
+  moment leaves a whole checkpoint (:func:`recover_checkpoint`);
+- ``best.keras``: the model of the best score so far (early stopping keeps it);
+- ``final.json``: the summary, written when training ends.
+
+The rules:
+
+- a new run refuses a directory that holds any of :data:`RUN_FILES` (other files, such
+  as a runner's logs, may sit beside them);
+- a resumed run keeps its settings, except that a larger training budget
+  (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
+  ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
+  (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept;
+- a run whose first epoch never finished (``config.json`` but no checkpoint: that epoch failed
+  or was killed) is *incomplete*: ``--resume`` with its settings starts it again from epoch 1
+  (its ``config.json`` kept, its other files cleared), and a new run refuses the directory;
+- divergence is an error: a non-finite loss or non-finite weights stop :meth:`TrainingRun.fit`
+  with a :class:`~keras_structured.divergence.DivergenceError`, before anything of the epoch
+  is written, so ``best.keras`` and the checkpoint never hold a non-finite model;
+- the loop ends after ``epochs`` epochs, or once ``min_epochs`` have run and the last
+  ``patience`` epochs brought no better score (:func:`finished`);
+- with a time limit, no new epoch starts after that many minutes: the run stops with a
+  checkpoint and without ``final.json``, to be resumed later;
+- every epoch draws its randomness from :func:`epoch_seed`, so a resumed run sees the same
+  batches as an uninterrupted one.
+
+A ``train`` function reads the data between opening the run and starting it:
+
+    with TrainingRun(config, logdir, PROGRESS_COLUMNS, "accuracy", resume, quiet, time_limit) as run:
+        data = ...
+        if run.resumed:
+            model, vocabulary = run.restore(Vocabulary)
+        else:
+            vocabulary = ...
+            run.write_settings(vocabulary)
+            model = ...
+            run.start()
+        for epoch in run.epochs():
+            history, seconds = run.fit(model, dataset, batches)
+            row = ...  # the epoch's progress.csv row
+            run.end_epoch(model, row, score)
+            run.save_checkpoint(model, seconds)
+        return run.finish({"trial_accuracy": run.state["best_accuracy"]}, {})
+
+Leaving the ``with`` block, normally or by an error, releases the directory's lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import keras
+import numpy as np
+
+from keras_structured.divergence import DivergenceError, RaiseOnNonFiniteLoss, check_finite_weights
+from keras_structured.run_directory import (
+    RunLock,
+    make_directory,
+    read_csv,
+    save_file,
+    write_csv,
+    write_json,
+)
+from keras_structured.tensorboard_scalars import EVENTS_PATTERN, ScalarWriter
+from keras_structured.validation import check_integer, check_number
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+#: Files that make a directory hold a run.
+RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
+#: Files of an incomplete run (no finished epoch) that ``--resume`` clears to start it again.
+INCOMPLETE_RUN_FILES = ("progress.csv", "best.keras", "final.json")
+#: Settings a resumed run may increase: they extend its training budget.
+BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
+#: The folders of a checkpoint being written and of the one it replaces (:func:`recover_checkpoint`).
+NEXT_CHECKPOINT, PREVIOUS_CHECKPOINT = "checkpoint.next", "checkpoint.previous"
+
+
+def check_run_settings(config: Any) -> None:
+    """Check the settings every run has, as the dataclass of its settings is built.
+
+    Args:
+        config: the settings: ``seed`` (>= 0), ``epochs``, ``patience``, ``min_epochs`` and
+            ``batch_size`` (>= 1), ``learning_rate`` (finite, > 0) and ``learning_rate_decay``
+            (in (0, 1]).
+
+    Raises:
+        ValueError: a setting that cannot work, named with its value.
+    """
+    check_integer("seed", config.seed, minimum=0)
+    for name in ("epochs", "patience", "min_epochs", "batch_size"):
+        check_integer(name, getattr(config, name), minimum=1)
+    check_number("learning_rate", config.learning_rate, minimum=0, open_minimum=True)
+    check_number("learning_rate_decay", config.learning_rate_decay, minimum=0, maximum=1, open_minimum=True)
+
+
+def save_output(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
+    """Write a command's output file whole, its folder created (see
+    :func:`~keras_structured.run_directory.save_file`: never through a symlink).
+
+    Args:
+        path: the file.
+        write: called with a temporary path beside ``path``, with its suffix.
+
+    Returns:
+        ``path``, a ``pathlib.Path``.
+    """
+    path = pathlib.Path(path)
+    make_directory(path.parent)
+    save_file(path, write)
+    return path
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch`` (from 0) of a run seeded with ``seed``.
+
+    Args:
+        seed: the run's seed.
+        epoch: the epoch, from 0.
+
+    Returns:
+        A seed that depends on ``(seed, epoch)`` only.
+    """
+    return seed * 100_003 + epoch
+
+
+def _read_config(logdir: pathlib.Path, config_class: type):
+    return config_class(**json.loads((logdir / "config.json").read_text()))
+
+
+def finished(config: Any, state: dict) -> bool:
+    """Whether the loop is over: all epochs run, or early stopping after ``min_epochs``.
+
+    Args:
+        config: the run's settings (``epochs``, ``patience``, ``min_epochs``).
+        state: the loop state (``epoch``, the epochs run, and ``bad_epochs``, the epochs
+            since the best score).
+
+    Returns:
+        True when no epoch is left to run.
+    """
+    if state["epoch"] >= config.epochs:
+        return True
+    return state["epoch"] >= config.min_epochs and state["bad_epochs"] >= config.patience
+
+
+def reseed_dropout(model: keras.Model, seed: int) -> None:
+    """Set every dropout layer's random state from ``seed``: the masks of an epoch then depend
+    on ``(seed, epoch)`` only, not on what ran before (a ``.keras`` file does not store them).
+
+    Args:
+        model: a model whose top-level layers may include ``keras.layers.Dropout``.
+        seed: the epoch's seed (:func:`epoch_seed`).
+    """
+    for index, layer in enumerate(model.layers):
+        if isinstance(layer, keras.layers.Dropout):
+            state = layer.seed_generator.state
+            state.assign(np.array([seed, index], dtype=keras.backend.standardize_dtype(state.dtype)))
+
+
+def recover_checkpoint(logdir: pathlib.Path) -> None:
+    """Finish or undo a checkpoint swap that a killed process left half done.
+
+    :meth:`TrainingRun.save_checkpoint` writes ``checkpoint.next/``, renames ``checkpoint/`` to
+    ``checkpoint.previous/``, renames ``checkpoint.next/`` to ``checkpoint/`` and deletes
+    ``checkpoint.previous/``. Killed between the renames, the previous checkpoint is put back
+    (that epoch runs again); any leftover ``checkpoint.next/`` or ``checkpoint.previous/`` is
+    deleted.
+    """
+    checkpoint, previous = logdir / "checkpoint", logdir / PREVIOUS_CHECKPOINT
+    if previous.exists() and not checkpoint.exists():
+        previous.rename(checkpoint)
+    for leftover in (previous, logdir / NEXT_CHECKPOINT):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+
+
+def _missing_checkpoint(logdir: pathlib.Path) -> FileNotFoundError:
+    return FileNotFoundError(f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}")
+
+
+def _check_resumed_settings(logdir: pathlib.Path, config: Any) -> None:
+    """Refuse settings other than the stored ones, except a larger budget, which extends the
+    run (``config.json`` rewritten, ``final.json`` removed)."""
+    stored = _read_config(logdir, type(config))
+    differences = {
+        field.name: (getattr(stored, field.name), getattr(config, field.name))
+        for field in dataclasses.fields(config)
+        if getattr(stored, field.name) != getattr(config, field.name)
+    }
+    refused = {
+        name: values
+        for name, values in differences.items()
+        if name not in BUDGET_FIELDS or values[1] < values[0]
+    }
+    if refused:
+        raise ValueError(
+            "--resume continues a run with its own settings (only a larger epochs, patience or "
+            f"min_epochs extends it); these differ (stored, given): {refused}. "
+            f"Received: logdir={str(logdir)!r}"
+        )
+    if differences:
+        write_json(logdir / "config.json", dataclasses.asdict(config))
+        (logdir / "final.json").unlink(missing_ok=True)
+
+
+def _clear_incomplete_run(logdir: pathlib.Path) -> None:
+    """Delete the files of a run that finished no epoch, except its settings."""
+    for name in INCOMPLETE_RUN_FILES:
+        (logdir / name).unlink(missing_ok=True)
+    for events in logdir.glob(EVENTS_PATTERN):
+        events.unlink()
+
+
+def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None:
+    """The loop state to resume from (None: a fresh start), after refusing to mix runs.
+
+    A resumed run keeps its settings, except that a larger training budget
+    (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is updated and
+    ``final.json`` removed until the extended run ends. An incomplete run (``config.json``
+    but no checkpoint: its first epoch failed or was killed) resumed with its settings starts
+    again from epoch 1: its files other than ``config.json`` are cleared and None returned.
+
+    Args:
+        logdir: the run directory.
+        config: the settings given, a dataclass of the class stored in ``config.json``.
+        resume: continue the run in ``logdir``.
+
+    Returns:
+        The loop state of ``checkpoint/state.json`` when resuming a run with a checkpoint,
+        else None.
+
+    Raises:
+        FileNotFoundError: ``resume`` without a run.
+        ValueError: ``resume`` with other settings (named, stored and given), or a smaller
+            budget.
+        FileExistsError: a new run in a directory that holds one, complete or not.
+    """
+    recover_checkpoint(logdir)
+    state_path = logdir / "checkpoint" / "state.json"
+    incomplete = not state_path.exists() and (logdir / "config.json").exists()
+    if resume:
+        if not (state_path.exists() or incomplete):
+            raise _missing_checkpoint(logdir)
+        _check_resumed_settings(logdir, config)
+        if incomplete:
+            _clear_incomplete_run(logdir)
+            return None
+        return json.loads(state_path.read_text())
+    held = [name for name in RUN_FILES if (logdir / name).exists()]
+    if incomplete:
+        raise FileExistsError(
+            f"The logdir holds an incomplete run ({', '.join(held)}; no finished epoch: its first "
+            "epoch failed or was stopped). Run the same train command with --resume to start it "
+            "again from epoch 1 with its settings, or delete the logdir, or choose another one. "
+            f"Received: logdir={str(logdir)!r}"
+        )
+    if held:
+        raise FileExistsError(
+            f"The logdir already holds a run ({', '.join(held)}): pass --resume to continue it, or "
+            f"choose another logdir. Received: logdir={str(logdir)!r}"
+        )
+    return None
+
+
+class _ProgressBar(keras.callbacks.Callback):
+    """A tqdm bar over the batches of one epoch, with the running loss.
+
+    Args:
+        epoch: the epoch, from 0.
+        epochs: the most epochs of the run.
+        batches: the batches of the epoch (None: unknown).
+    """
+
+    def __init__(self, epoch: int, epochs: int, batches: int | None):
+        super().__init__()
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=batches, desc=f"epoch {epoch + 1}/{epochs}", unit="batch", leave=False)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.bar.update(1)
+        if logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{float(logs['loss']):.4f}")
+
+    def on_train_end(self, logs=None):
+        self.bar.close()
+
+
+class TrainingRun:
+    """One training run in its log directory: the files, the loop state, when to stop.
+
+    Opening a run locks the directory (a second writer gets a
+    :class:`~keras_structured.run_directory.RunLockedError` naming this process), checks it
+    (:func:`check_logdir`) and starts the clock of the time limit; the caller then starts or
+    restores it, runs :meth:`epochs` and calls :meth:`finish` (see the module docstring).
+    :meth:`finish` and :meth:`close` release the lock; use the run as a context manager so
+    that an error releases it too.
+
+    Args:
+        config: the run's settings, a dataclass with ``seed``, ``epochs``, ``patience`` and
+            ``min_epochs`` fields.
+        logdir: the run directory: empty (or missing) for a new run.
+        progress_columns: the columns of ``progress.csv``, ``"epoch"`` first.
+        score: the name of the score that early stopping follows; the loop state keeps
+            its best value as ``best_{score}``.
+        resume: continue the run in ``logdir``.
+        quiet: no progress bar.
+        time_limit: minutes after which no new epoch starts (None: no limit).
+
+    Raises:
+        RunLockedError: another process writes the directory.
+        FileNotFoundError, ValueError, FileExistsError: runs that would mix, as for
+            :func:`check_logdir`.
+
+    Attributes:
+        config: the settings.
+        logdir: the run directory, a ``pathlib.Path``.
+        resumed: whether the run continues from a checkpoint.
+        state: the loop state, saved in ``checkpoint/state.json`` (None until
+            :meth:`start` for a new run).
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        logdir: str | pathlib.Path,
+        progress_columns: Sequence[str],
+        score: str,
+        resume: bool = False,
+        quiet: bool = False,
+        time_limit: float | None = None,
+    ):
+        self._opened = time.perf_counter()
+        self.config = config
+        self.logdir = pathlib.Path(logdir)
+        if resume and not self.logdir.is_dir():  # refused without creating it
+            raise _missing_checkpoint(self.logdir)
+        self._lock = RunLock(self.logdir).acquire()
+        self._scalars: ScalarWriter | None = None
+        try:
+            self.state = check_logdir(self.logdir, config, resume)
+        except BaseException:
+            self.close()
+            raise
+        self.resumed = self.state is not None
+        self._columns = tuple(progress_columns)
+        self._rows: list[list] = []
+        self._best = f"best_{score}"
+        self._quiet = quiet
+        self._time_limit = time_limit
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the TensorBoard events and release the directory's lock (again: nothing)."""
+        if self._scalars is not None:
+            self._scalars.close()
+            self._scalars = None
+        self._lock.release()
+
+    def write_settings(self, vocabulary: Any) -> None:
+        """A new run's ``config.json`` and ``vocabulary.json``.
+
+        Args:
+            vocabulary: an object with ``get_config()``.
+        """
+        write_json(self.logdir / "config.json", dataclasses.asdict(self.config))
+        write_json(self.logdir / "vocabulary.json", vocabulary.get_config())
+
+    def start(self, **state) -> None:
+        """A new run's loop state (epoch 0, no best score yet) and ``progress.csv`` header.
+
+        Args:
+            **state: more entries of the loop state, after the shared ones.
+        """
+        self.state = {
+            "epoch": 0,
+            self._best: -1.0,
+            "best_epoch": -1,
+            "bad_epochs": 0,
+            "train_seconds": 0.0,
+            **state,
+        }
+        write_csv(self.logdir / "progress.csv", self._columns, [])
+        self._scalars = ScalarWriter(self.logdir)
+
+    def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
+        """The checkpointed model and the vocabulary of a resumed run.
+
+        Rows of ``progress.csv`` for epochs after the checkpoint are dropped (the file is
+        rewritten whole), and the TensorBoard events are rewritten from the rows kept.
+
+        Args:
+            vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
+
+        Returns:
+            ``(model, vocabulary)``: the model with its optimizer state.
+        """
+        vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
+        model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
+        _, rows = read_csv(self.logdir / "progress.csv")
+        self._rows = [row for row in rows if int(row[0]) <= self.state["epoch"]]
+        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
+        self._scalars = ScalarWriter(
+            self.logdir,
+            rewrite=[(int(row[0]), dict(zip(self._columns[1:], row[1:], strict=True))) for row in self._rows],
+        )
+        return model, vocabulary
+
+    def epochs(self) -> Iterator[int]:
+        """The epochs to run (from 0), each after the previous one's checkpoint.
+
+        Yields:
+            The next epoch, until :func:`finished` or the time limit.
+        """
+        while not finished(self.config, self.state):
+            yield self.state["epoch"]
+            if self._time_limit is not None and time.perf_counter() - self._opened >= 60 * self._time_limit:
+                return
+
+    def fit(
+        self, model: keras.Model, dataset: tf.data.Dataset, batches: int | None, **fit_arguments
+    ) -> tuple[keras.callbacks.History, float]:
+        """Train ``model`` for the current epoch, with a progress bar unless quiet.
+
+        Args:
+            model: the compiled model.
+            dataset: the epoch's training batches, already shuffled (``model.fit`` does not).
+            batches: their number (for the progress bar).
+            **fit_arguments: more arguments of ``model.fit``.
+
+        Returns:
+            ``(history, seconds)``: ``model.fit``'s history and the seconds it took.
+
+        Raises:
+            DivergenceError: a batch's loss or the weights after the epoch are not finite,
+                or ``model.fit`` failed on non-finite weights (inside an op that refuses
+                non-finite inputs, say).
+        """
+        epoch = self.state["epoch"]
+        callbacks = [RaiseOnNonFiniteLoss(epoch)]
+        if not self._quiet:
+            callbacks.append(_ProgressBar(epoch, self.config.epochs, batches))
+        start = time.perf_counter()
+        try:
+            history = model.fit(
+                dataset,
+                epochs=epoch + 1,
+                initial_epoch=epoch,
+                verbose=0,
+                callbacks=callbacks,
+                shuffle=False,
+                **fit_arguments,
+            )
+        except DivergenceError:
+            raise
+        except Exception:  # an op that refuses non-finite inputs, say: name the cause if it is that
+            check_finite_weights(model, f"in epoch {epoch + 1}")
+            raise
+        check_finite_weights(model, f"after epoch {epoch + 1}")
+        return history, time.perf_counter() - start
+
+    def end_epoch(self, model: keras.Model, row: dict, score: float, **best) -> bool:
+        """Log the current epoch and keep its model if its score is the best so far.
+
+        Args:
+            model: the model after the epoch.
+            row: the epoch's ``progress.csv`` row, by column.
+            score: the epoch's score (higher is better).
+            **best: more loop-state entries to store with a new best score.
+
+        Returns:
+            Whether the score is the best so far (``best.keras`` is then rewritten);
+            otherwise the epoch counts towards ``patience``.
+        """
+        self._rows.append([row[column] for column in self._columns])
+        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
+        self._scalars.write(int(row[self._columns[0]]), {c: row[c] for c in self._columns[1:]})
+        improved = score > self.state[self._best]
+        if improved:
+            self.state.update(
+                {self._best: score, **best, "best_epoch": self.state["epoch"] + 1, "bad_epochs": 0}
+            )
+            save_file(self.logdir / "best.keras", model.save)
+        else:
+            self.state["bad_epochs"] += 1
+        return improved
+
+    def save_checkpoint(self, model: keras.Model, seconds: float) -> None:
+        """Count the current epoch as run and write ``checkpoint/``.
+
+        Args:
+            model: the model after the epoch.
+            seconds: the epoch's training seconds.
+        """
+        self.state["epoch"] += 1
+        self.state["train_seconds"] += seconds
+        checkpoint, written = self.logdir / "checkpoint", self.logdir / NEXT_CHECKPOINT
+        written.mkdir()  # opening the run (check_logdir) removed any leftover
+        save_file(written / "model.keras", model.save)
+        write_json(written / "state.json", self.state)
+        previous = self.logdir / PREVIOUS_CHECKPOINT
+        if checkpoint.exists():
+            checkpoint.rename(previous)
+        written.rename(checkpoint)
+        shutil.rmtree(previous, ignore_errors=True)
+
+    def finish(self, scores: dict, details: dict) -> dict:
+        """The run's summary, written to ``final.json`` when the run is over; then :meth:`close`.
+
+        Args:
+            scores: the best scores, by summary key.
+            details: more summary entries, after the shared ones.
+
+        Returns:
+            ``finished`` (False when the time limit stopped the run first: no file is
+            written), ``best_epoch``, the ``scores``, ``train_seconds``, ``epochs_run``,
+            ``stopped_early`` and the ``details``.
+        """
+        done = finished(self.config, self.state)
+        summary = {
+            "finished": done,
+            "best_epoch": self.state["best_epoch"],
+            **scores,
+            "train_seconds": self.state["train_seconds"],
+            "epochs_run": self.state["epoch"],
+            "stopped_early": self.state["epoch"] < self.config.epochs,
+            **details,
+        }
+        if done:
+            write_json(self.logdir / "final.json", summary)
+        self.close()
+        return summary
+
+
+def load_best(
+    logdir: str | pathlib.Path, config_class: type, vocabulary_class: type, what: str
+) -> tuple[keras.Model, Any, Any]:
+    """The best model of a run, its vocabulary and its settings.
+
+    Args:
+        logdir: the run directory.
+        config_class: the dataclass stored in ``config.json``.
+        vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
+        what: the model's name in the error message (``"parser"``).
+
+    Returns:
+        ``(model, vocabulary, config)``.
+
+    Raises:
+        FileNotFoundError: the run has no ``best.keras``.
+    """
+    logdir = pathlib.Path(logdir)
+    if not (logdir / "best.keras").exists():
+        raise FileNotFoundError(
+            f"No trained {what} (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
+        )
+    vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+    return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir, config_class)
+
+
+def train_from_arguments(
+    arguments: argparse.Namespace, config_class: type, train: Callable[..., dict]
+) -> None:
+    """The ``train`` subcommand: the settings from the parsed options, then the JSON summary.
+
+    Args:
+        arguments: the parsed options: one per field of ``config_class`` (same names), and
+            ``logdir``, ``resume``, ``quiet`` and ``time_limit``.
+        config_class: the settings' dataclass.
+        train: called as ``train(config, logdir, resume=, quiet=, time_limit=)``; returns
+            the summary, printed as one JSON line.
+    """
+    names = {field.name for field in dataclasses.fields(config_class)}
+    config = config_class(**{name: value for name, value in vars(arguments).items() if name in names})
+    summary = train(
+        config,
+        arguments.logdir,
+        resume=arguments.resume,
+        quiet=arguments.quiet,
+        time_limit=arguments.time_limit,
+    )
+    print(json.dumps(summary))
