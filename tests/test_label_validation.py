@@ -11,8 +11,7 @@ from keras_structured.engine import (
     SequenceStructure,
     SimplexStructure,
 )
-from keras_structured.losses.fenchel_young import SparsemaxLoss, sparsemax_loss
-from keras_structured.losses.structured import (
+from keras_structured.losses import (
     LinearChainCRFLoss,
     MarginSparseMAPLoss,
     SparseMAPLoss,
@@ -20,6 +19,7 @@ from keras_structured.losses.structured import (
     StructuredPerceptronLoss,
     TreeCRFLoss,
 )
+from keras_structured.losses.fenchel_young import SparsemaxLoss, sparsemax_loss
 from keras_structured.ops.crf import (
     linear_chain_crf_log_partition,
     linear_chain_crf_marginals,

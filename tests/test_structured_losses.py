@@ -11,8 +11,7 @@ from keras_structured.engine import SequenceStructure, SimplexStructure, solve, 
 from keras_structured.engine.budget import BudgetStructure
 from keras_structured.engine.dependency_tree import DependencyTreeStructure, best_trees
 from keras_structured.engine.matching import MatchingStructure
-from keras_structured.losses.fenchel_young import SparsemaxLoss
-from keras_structured.losses.structured import (
+from keras_structured.losses import (
     LinearChainCRFLoss,
     MarginSparseMAPLoss,
     SparseMAPLoss,
@@ -20,6 +19,7 @@ from keras_structured.losses.structured import (
     StructuredPerceptronLoss,
     TreeCRFLoss,
 )
+from keras_structured.losses.fenchel_young import SparsemaxLoss
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 from tests.test_crf import brute_force_chain_crf, brute_force_tree_crf, dependency_trees

@@ -1,19 +1,16 @@
 """Structured Fenchel-Young losses: sparsemax, SparseMAP, margin, hinge, perceptron and CRF."""
 
+from keras_structured.losses.crf import LinearChainCRFLoss, TreeCRFLoss, linear_chain_crf_loss, tree_crf_loss
 from keras_structured.losses.fenchel_young import SparsemaxLoss, sparsemax_loss
 from keras_structured.losses.structured import (
-    LinearChainCRFLoss,
     MarginSparseMAPLoss,
     SparseMAPLoss,
     StructuredHingeLoss,
     StructuredPerceptronLoss,
-    TreeCRFLoss,
-    linear_chain_crf_loss,
     margin_sparsemap_loss,
     sparsemap_loss,
     structured_hinge_loss,
     structured_perceptron_loss,
-    tree_crf_loss,
 )
 
 __all__ = [
