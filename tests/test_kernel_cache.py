@@ -13,6 +13,7 @@ import pytest
 
 from keras_structured import engine
 from keras_structured.engine import compiled_active_set, oracle_address
+from keras_structured.engine.compiled_oracle import CompiledOracle
 
 _FIRST_CALL = r"""
 import json, time
@@ -132,7 +133,7 @@ class _ShiftedSimplex(engine.SimplexStructure):
         self.oracle = oracle
 
     def compiled_oracle(self, u_shape, v_shape):
-        return compiled_active_set.CompiledOracle(self.oracle, np.zeros(0, np.int64), (), 1)
+        return CompiledOracle(self.oracle, np.zeros(0, np.int64), (), 1)
 
 
 def test_oracles_sharing_a_name_stay_apart():

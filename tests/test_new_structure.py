@@ -14,7 +14,7 @@ import tensorflow as tf
 import keras_structured as ks
 from keras_structured.engine import Structure, solve, structure_from_config, structure_to_config
 from keras_structured.engine import structure as structure_module
-from keras_structured.engine.compiled_active_set import CompiledOracle
+from keras_structured.engine.compiled_oracle import CompiledOracle
 
 
 @nb.njit(cache=True, nogil=True)

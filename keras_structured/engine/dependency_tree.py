@@ -8,7 +8,7 @@ import numba
 import numpy as np
 
 from keras_structured.engine.arborescence import max_arborescence_by_dependent
-from keras_structured.engine.compiled_active_set import CompiledOracle
+from keras_structured.engine.compiled_oracle import CompiledOracle
 from keras_structured.engine.eisner import max_projective_tree
 from keras_structured.engine.forbidden import finite_mass, replace_forbidden
 from keras_structured.engine.structure import Structure, raise_for_invalid_codes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from keras_structured.engine.compiled_active_set import CompiledOracle
+from keras_structured.engine.compiled_oracle import CompiledOracle
 from keras_structured.engine.structure import Structure, raise_for_invalid_codes
 
 

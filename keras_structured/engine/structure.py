@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from keras_structured.engine.compiled_active_set import indicators_compiled, map_compiled
+from keras_structured.engine.compiled_oracle import indicators_compiled, map_compiled
 
 _REGISTRY: dict[str, type] = {}
 
@@ -132,7 +132,7 @@ class Structure:
         return indicators_compiled(compiled, np.asarray(codes), tuple(u_shape), tuple(v_shape))
 
     def compiled_oracle(self, u_shape: tuple[int, ...], v_shape: tuple[int, ...]):
-        """A :class:`~keras_structured.engine.compiled_active_set.CompiledOracle`, or None.
+        """A :class:`~keras_structured.engine.compiled_oracle.CompiledOracle`, or None.
 
         Structures whose MAP oracle is compiled with numba return it here, and the
         active-set solver then runs entirely in compiled code.
