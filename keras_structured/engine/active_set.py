@@ -156,7 +156,7 @@ class ActiveSetSolver(SupportState):
 
     def _border(self, m):
         """``w = K^{-1} [1; M_I m]`` and the Schur complement of ``m``, measured directly
-        (with refined ``w``) near the affine hull, as in ``compiled_active_set._hull_distance``:
+        (with refined ``w``) near the affine hull, as in ``kkt_inverse.hull_distance``:
         below ``tolerances.AFFINE_TOL``, and once within ``tol`` (exact) below ``tolerances.VERIFY_TOL``."""
         border = np.concatenate([[1.0], self.M @ m])
         w = self.kkt_inverse @ border
