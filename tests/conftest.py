@@ -2,8 +2,44 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tensorflow.python.framework import config as tf_config
+
+ROOT = Path(__file__).resolve().parents[1]
+# Test modules of the applications (``keras_structured.applications``, ``rl``, the examples and
+# the benchmark runners), by name prefix; a library module's single application test carries
+# ``@pytest.mark.application`` itself. ``pytest -m "not application"`` runs the library's tests.
+APPLICATION_MODULES = (
+    "test_application_",
+    "test_bench_",
+    "test_examples_",
+    "test_gold_tree_",
+    "test_nli_",
+    "test_parser_",
+    "test_parsing_",
+    "test_polynomial_examples",
+    "test_projection_examples",
+    "test_rl_",
+    "test_run_safety_",
+    "test_step_timing",
+    "test_tracenorm",
+    "test_training_runs",
+)
+APPLICATION_PACKAGES = (ROOT / "keras_structured" / "applications", ROOT / "rl")
+
+
+def _is_application(path: Path) -> bool:
+    if any(package in path.parents for package in APPLICATION_PACKAGES):  # their doctests
+        return True
+    return path.parent.name == "tests" and path.name.startswith(APPLICATION_MODULES)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_application(Path(str(item.path)).resolve()):
+            item.add_marker(pytest.mark.application)
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from keras_structured.projections import (
 # SICK: bytes that are not UTF-8
 
 
+@pytest.mark.application
 def test_a_sick_file_with_non_utf8_bytes_names_the_line_and_the_encoding(tmp_path):
     path = tmp_path / "sick.tsv"
     rows = [
@@ -54,6 +55,7 @@ def test_a_sick_file_with_non_utf8_bytes_names_the_line_and_the_encoding(tmp_pat
         read_sick(path)
 
 
+@pytest.mark.application
 def test_a_sick_file_with_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "sick.tsv"
     text = "pair_id\tsentence_a\tsentence_b\tlabel\tsplit\n1\tA dog\tA cat\tneutral\ttest\n"

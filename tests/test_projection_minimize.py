@@ -122,6 +122,7 @@ def test_default_step_size_and_validation():
         minimize(linear([1.0, 0.0]), L2Ball(1.0), np.zeros(2), anchor=[3.0, 0.0], steps=5)
 
 
+@pytest.mark.application
 def test_example_script_runs(tmp_path):
     script = os.path.join(ROOT, "examples", "projection_toy.py")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
