@@ -38,7 +38,7 @@ def _is_application(path: Path) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _is_application(Path(str(item.path)).resolve()):
+        if _is_application(Path(item.path).resolve()):
             item.add_marker(pytest.mark.application)
 
 

@@ -309,6 +309,8 @@ def _solve_one(
                 size = k
                 residual = refine_exactly(Mi, Mv, Mw, slots, theta, kinv, k, u, scratch, work)[0]
                 accurate = residual <= ROUNDING_RESIDUAL
+                # solve_relaxed refines twice more before it may drop a structure: needed
+                # (without those steps, one of 32 trees of 80 words cycled until max_iter).
                 k = solve_relaxed(
                     Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(False), slack
                 )
