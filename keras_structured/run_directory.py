@@ -143,8 +143,8 @@ def write_json(path: str | os.PathLike, value: Any) -> None:
 def write_csv(path: str | os.PathLike, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Write a CSV file (a header, then ``rows``) to ``path`` whole (see :func:`save_file`).
 
-    A log that grows by one row per epoch is rewritten whole each time: a crash leaves the
-    old rows or the new ones, never an empty or half-written file.
+    A crash leaves the old file or the new one, never an empty or half-written file (a
+    progress log is written so when it opens: :class:`keras_structured.progress_log.ProgressLog`).
     """
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)

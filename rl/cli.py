@@ -318,17 +318,15 @@ def _resume_config(args: argparse.Namespace) -> TrainConfig:
     config = TrainConfig.load(Path(args.logdir) / "config.json")
     requested = _requested(args, explicit_only=True)
     requested.pop("logdir")  # the run may have been moved since
-    changed = [
-        f"{name}={value!r} (the run has {getattr(config, name)!r})"
-        for name, value in requested.items()
-        if name not in RESUMABLE_FIELDS and value != getattr(config, name)
-    ]
-    if changed:
-        raise ValueError(
-            f"--resume continues the run in {args.logdir!r} with its config.json; only the step "
-            f"budget (--steps) and --vector may change. Refused: {', '.join(changed)}. Start a new run "
-            "(another --logdir, or --overwrite) to change them."
-        )
+    from keras_structured.run_settings import check_resumed_settings  # imports TensorFlow
+
+    check_resumed_settings(
+        {name: getattr(config, name) for name in requested},
+        requested,
+        may_change=RESUMABLE_FIELDS,
+        advice=f"Resuming the run in {args.logdir!r}, only the step budget (--steps) and --vector may "
+        "change: start a new run (another --logdir, or --overwrite) to change the others.",
+    )
     config.logdir = args.logdir
     for name in RESUMABLE_FIELDS:
         if name in requested:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import itertools
 import math
-import os
 from pathlib import Path
 
-from keras_structured.run_directory import open_for_appending, write_csv
-from keras_structured.tensorboard_scalars import ScalarWriter
-from rl.checkpoint import CheckpointError
-from rl.run_dir import read_rows
+from keras_structured.progress_log import ProgressLog, read_rows
 
 #: columns of ``progress.csv``, one row per update (NaN / empty where not applicable).
 COLUMNS = (
@@ -39,12 +32,6 @@ COLUMNS = (
 )
 
 _BAR_KEYS = {"charts/episodic_return": "return", "constraints/kl": "kl", "constraints/entropy": "entropy"}
-
-
-def _format(value) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return ""
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 class _Bar:
@@ -76,28 +63,28 @@ class _Bar:
 
 
 class Logger:
-    """Writes one row per iteration to ``{logdir}/progress.csv`` and TensorBoard scalars.
+    """Writes one row per iteration to ``{logdir}/progress.csv``, TensorBoard and a progress bar.
 
-    ``progress.csv`` is written whole (a temporary file renamed over it) when the logger
-    starts: its header and, when resuming, the rows kept. Each later row is appended and
-    flushed to disk before the iteration's checkpoint is written, so a crash never loses a
-    checkpointed iteration's row; at worst it cuts the last row short, which readers leave
-    out (:func:`rl.run_dir.read_rows`). Rewriting the whole file at every row would cost time
-    quadratic in the iterations (0.18 s a row at 10,000 rows, against 0.2 ms to append).
+    The log is the project's one progress log (:class:`keras_structured.progress_log.ProgressLog`):
+    ``progress.csv`` written whole when the logger starts (its header and, when resuming, the
+    rows kept), each later row appended and synced to disk before the iteration's checkpoint
+    is written, so a crash never loses a checkpointed iteration's row; at worst it cuts the
+    last row short, which readers leave out (:func:`read_progress`). TensorBoard's step is
+    ``global_step``.
 
     Args:
         logdir: run directory.
         resume_iteration: when resuming, the iteration of the checkpoint: the rows of
-            iterations 1 to it are kept (:func:`resumed_rows`), later ones dropped, so that the
-            CSV matches an uninterrupted run; ``None`` starts a new CSV. The TensorBoard events
-            are rewritten from the rows kept (one new event file, the old ones deleted), so a run
-            resumed after a crash shows each step once, as in ``progress.csv``; the replayed
-            events carry the time of the resume.
+            iterations 1 to it are kept, later ones dropped, so that the CSV matches an
+            uninterrupted run; ``None`` starts a new CSV. The TensorBoard events are rewritten
+            from the rows kept (one new event file, the old ones deleted), so a run resumed
+            after a crash shows each step once, as in ``progress.csv``; the replayed events
+            carry the time of the resume.
         total_steps: target of the progress bar; ``None`` disables the bar.
         initial_step: the step the bar starts from.
 
     Raises:
-        CheckpointError: when resuming, ``progress.csv`` lacks a row of the checkpoint's
+        ProgressLogError: when resuming, ``progress.csv`` lacks a row of the checkpoint's
             iterations (nothing is written).
         UnsafePathError: ``progress.csv`` is a symlink (nothing is written).
     """
@@ -109,76 +96,27 @@ class Logger:
         total_steps: int | None = None,
         initial_step: int = 0,
     ):
-        self.path = Path(logdir) / "progress.csv"
-        rows = [] if resume_iteration is None else resumed_rows(logdir, resume_iteration)
-        write_csv(self.path, COLUMNS, [[row.get(key, "") for key in COLUMNS] for row in rows])
-        self._file = open_for_appending(self.path)
-        kept = [(int(row["global_step"]), _scalars(row)) for row in rows]
-        self._summary = ScalarWriter(logdir, rewrite=kept if resume_iteration is not None else None)
+        self._log = ProgressLog(
+            logdir, COLUMNS, resume_iteration, step_column="iteration", tensorboard_step="global_step"
+        )
         self._bar = _Bar(total_steps, initial_step) if total_steps else None
         self.last_return = math.nan
 
     def log(self, row: dict[str, float]) -> None:
         """Appends ``row`` (keys from :data:`COLUMNS`) to the CSV, TensorBoard and the bar."""
-        unknown = set(row) - set(COLUMNS)
-        if unknown:
-            raise KeyError(f"Unknown metric keys {sorted(unknown)}; add them to COLUMNS")
-        line = io.StringIO()
-        csv.writer(line).writerow([_format(row.get(key, math.nan)) for key in COLUMNS])
-        self._file.write(line.getvalue().encode("utf-8"))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        step = int(row["global_step"])
-        self._summary.write(step, _scalars(row))
+        self._log.log(row)
         if not math.isnan(row.get("charts/episodic_return", math.nan)):
             self.last_return = row["charts/episodic_return"]
         if self._bar is not None:
             values = {name: row.get(key, math.nan) for key, name in _BAR_KEYS.items()}
             values["return"] = self.last_return
-            self._bar.update(step, values)
+            self._bar.update(int(row["global_step"]), values)
 
     def close(self) -> None:
         """Closes the CSV, the event file and the bar."""
-        self._file.close()
-        self._summary.close()
+        self._log.close()
         if self._bar is not None:
             self._bar.close()
-
-
-def _scalars(row: dict) -> dict:
-    """The TensorBoard scalars of a ``progress.csv`` row: every column but the step counters."""
-    return {key: value for key, value in row.items() if key not in ("global_step", "iteration")}
-
-
-def resumed_rows(logdir: str | Path, iteration: int) -> list[dict[str, str]]:
-    """The ``progress.csv`` rows that a run resumed from a checkpoint of ``iteration`` keeps: its
-    first ``iteration`` rows, which must be those of iterations 1 to ``iteration``, in order.
-
-    Args:
-        logdir: the run directory.
-        iteration: the iteration of the checkpoint.
-
-    Returns:
-        The rows, as strings.
-
-    Raises:
-        CheckpointError: a row is missing or out of place (the log was truncated, or written
-            by two processes at once): the run's log cannot be continued.
-        FileNotFoundError: there is no ``progress.csv``.
-    """
-    kept = read_rows(logdir)[:iteration]
-    found = [row.get("iteration") for row in kept]
-    expected = [str(i) for i in range(1, iteration + 1)]
-    if found != expected:
-        row = next(i for i, (a, b) in enumerate(itertools.zip_longest(found, expected)) if a != b)
-        received = f"iteration={found[row]!r} in row {row + 1}" if row < len(found) else f"{row} row(s)"
-        raise CheckpointError(
-            f"{str(Path(logdir) / 'progress.csv')!r} must hold the rows of iterations 1 to {iteration}, "
-            f"in order, to resume the checkpoint of iteration {iteration}; it was truncated or written by "
-            f"two processes at once, so the run's log cannot be continued: train the run afresh. "
-            f"Received: {received}"
-        )
-    return kept
 
 
 def read_progress(logdir: str | Path) -> list[dict[str, float]]:

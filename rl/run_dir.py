@@ -9,14 +9,12 @@ belong to one run. The lock file ``.lock`` of the process writing the run
 (:class:`keras_structured.run_directory.RunLock`) is not part of it: ``--overwrite`` keeps it.
 
 ``progress.csv`` grows by one row per iteration, appended; a row cut short by a crash while
-it was written is never read (:func:`read_rows`). Importing this module does not import
-TensorFlow.
+it was written is never read (:func:`keras_structured.progress_log.read_rows`). Importing this
+module does not import TensorFlow.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import shutil
 from pathlib import Path
@@ -39,22 +37,10 @@ def run_files(logdir: str | Path) -> list[Path]:
     return found + sorted(logdir.glob(EVENTS_PATTERN))
 
 
-def read_rows(logdir: str | Path) -> list[dict[str, str]]:
-    """The rows of ``{logdir}/progress.csv`` as strings.
-
-    A last row cut short by a crash (the file does not end with a line break) is left out:
-    its cells could read as other numbers (``10`` for ``1024``).
-
-    Raises:
-        FileNotFoundError: there is no ``progress.csv``.
-    """
-    with (Path(logdir) / "progress.csv").open(newline="", encoding="utf-8") as handle:
-        text = handle.read()
-    return list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1])))
-
-
 def last_row(logdir: str | Path, max_iteration: int | None = None) -> dict[str, str] | None:
     """The last ``progress.csv`` row (up to ``max_iteration``) as strings; ``None`` if none."""
+    from keras_structured.progress_log import read_rows  # imports TensorFlow: only when needed
+
     if not (Path(logdir) / "progress.csv").is_file():
         return None
     rows = [r for r in read_rows(logdir) if max_iteration is None or int(r["iteration"]) <= max_iteration]
@@ -147,6 +133,5 @@ __all__ = [
     "describe_run",
     "last_row",
     "newest_iteration",
-    "read_rows",
     "run_files",
 ]

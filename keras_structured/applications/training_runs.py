@@ -8,9 +8,10 @@ opening the run to its end) and whose every file is written whole, never through
 
 - ``config.json``: the run's settings (a dataclass, as ``dataclasses.asdict`` writes it),
   and ``vocabulary.json``;
-- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, rewritten
-  whole after each epoch, and the same numbers as TensorBoard scalars
-  (``events.out.tfevents.*``, step = epoch);
+- ``progress.csv``: one row per finished epoch, the epoch number (from 1) first, and the same
+  numbers as TensorBoard scalars (``events.out.tfevents.*``, step = epoch), written by
+  :class:`keras_structured.progress_log.ProgressLog` (whole when the run opens, then one
+  appended row per epoch, synced before the epoch's checkpoint);
 - ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
   (the loop state) after the last finished epoch, from which ``--resume`` continues. It is
   written as ``checkpoint.next/`` and swapped in by two renames, so a process killed at any
@@ -25,7 +26,8 @@ The rules:
 - a resumed run keeps its settings, except that a larger training budget
   (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
   ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
-  (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept;
+  (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept
+  (a log that lost rows of the checkpoint's epochs is refused);
 - a run whose first epoch never finished (``config.json`` but no checkpoint: that epoch failed
   or was killed) is *incomplete*: ``--resume`` with its settings starts it again from epoch 1
   (its ``config.json`` kept, its other files cleared), and a new run refuses the directory;
@@ -75,15 +77,10 @@ import keras
 import numpy as np
 
 from keras_structured.divergence import DivergenceError, RaiseOnNonFiniteLoss, check_finite_weights
-from keras_structured.run_directory import (
-    RunLock,
-    make_directory,
-    read_csv,
-    save_file,
-    write_csv,
-    write_json,
-)
-from keras_structured.tensorboard_scalars import EVENTS_PATTERN, ScalarWriter
+from keras_structured.progress_log import ProgressLog
+from keras_structured.run_directory import RunLock, make_directory, save_file, write_json
+from keras_structured.run_settings import check_resumed_settings
+from keras_structured.tensorboard_scalars import EVENTS_PATTERN
 from keras_structured.validation import check_integer, check_number
 
 if TYPE_CHECKING:
@@ -205,24 +202,13 @@ def _missing_checkpoint(logdir: pathlib.Path) -> FileNotFoundError:
 def _check_resumed_settings(logdir: pathlib.Path, config: Any) -> None:
     """Refuse settings other than the stored ones, except a larger budget, which extends the
     run (``config.json`` rewritten, ``final.json`` removed)."""
-    stored = _read_config(logdir, type(config))
-    differences = {
-        field.name: (getattr(stored, field.name), getattr(config, field.name))
-        for field in dataclasses.fields(config)
-        if getattr(stored, field.name) != getattr(config, field.name)
-    }
-    refused = {
-        name: values
-        for name, values in differences.items()
-        if name not in BUDGET_FIELDS or values[1] < values[0]
-    }
-    if refused:
-        raise ValueError(
-            "--resume continues a run with its own settings (only a larger epochs, patience or "
-            f"min_epochs extends it); these differ (stored, given): {refused}. "
-            f"Received: logdir={str(logdir)!r}"
-        )
-    if differences:
+    changed = check_resumed_settings(
+        dataclasses.asdict(_read_config(logdir, type(config))),
+        dataclasses.asdict(config),
+        may_grow=BUDGET_FIELDS,
+        advice=f"Start a new run in another logdir to change them (logdir={str(logdir)!r}).",
+    )
+    if changed:
         write_json(logdir / "config.json", dataclasses.asdict(config))
         (logdir / "final.json").unlink(missing_ok=True)
 
@@ -360,7 +346,7 @@ class TrainingRun:
         if resume and not self.logdir.is_dir():  # refused without creating it
             raise _missing_checkpoint(self.logdir)
         self._lock = RunLock(self.logdir).acquire()
-        self._scalars: ScalarWriter | None = None
+        self._log: ProgressLog | None = None
         try:
             self.state = check_logdir(self.logdir, config, resume)
         except BaseException:
@@ -368,7 +354,6 @@ class TrainingRun:
             raise
         self.resumed = self.state is not None
         self._columns = tuple(progress_columns)
-        self._rows: list[list] = []
         self._best = f"best_{score}"
         self._quiet = quiet
         self._time_limit = time_limit
@@ -380,10 +365,10 @@ class TrainingRun:
         self.close()
 
     def close(self) -> None:
-        """Close the TensorBoard events and release the directory's lock (again: nothing)."""
-        if self._scalars is not None:
-            self._scalars.close()
-            self._scalars = None
+        """Close the progress log and release the directory's lock (again: nothing)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self._lock.release()
 
     def write_settings(self, vocabulary: Any) -> None:
@@ -409,30 +394,28 @@ class TrainingRun:
             "train_seconds": 0.0,
             **state,
         }
-        write_csv(self.logdir / "progress.csv", self._columns, [])
-        self._scalars = ScalarWriter(self.logdir)
+        self._log = ProgressLog(self.logdir, self._columns)
 
     def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
         """The checkpointed model and the vocabulary of a resumed run.
 
-        Rows of ``progress.csv`` for epochs after the checkpoint are dropped (the file is
-        rewritten whole), and the TensorBoard events are rewritten from the rows kept.
+        Rows of ``progress.csv`` for epochs after the checkpoint are dropped, and the
+        TensorBoard events are rewritten from the rows kept
+        (:class:`~keras_structured.progress_log.ProgressLog`).
 
         Args:
             vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
 
         Returns:
             ``(model, vocabulary)``: the model with its optimizer state.
+
+        Raises:
+            keras_structured.progress_log.ProgressLogError: ``progress.csv`` lacks rows of
+                the checkpoint's epochs.
         """
         vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
         model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
-        _, rows = read_csv(self.logdir / "progress.csv")
-        self._rows = [row for row in rows if int(row[0]) <= self.state["epoch"]]
-        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
-        self._scalars = ScalarWriter(
-            self.logdir,
-            rewrite=[(int(row[0]), dict(zip(self._columns[1:], row[1:], strict=True))) for row in self._rows],
-        )
+        self._log = ProgressLog(self.logdir, self._columns, resume_step=self.state["epoch"])
         return model, vocabulary
 
     def epochs(self) -> Iterator[int]:
@@ -501,9 +484,7 @@ class TrainingRun:
             Whether the score is the best so far (``best.keras`` is then rewritten);
             otherwise the epoch counts towards ``patience``.
         """
-        self._rows.append([row[column] for column in self._columns])
-        write_csv(self.logdir / "progress.csv", self._columns, self._rows)
-        self._scalars.write(int(row[self._columns[0]]), {c: row[c] for c in self._columns[1:]})
+        self._log.log(row)
         improved = score > self.state[self._best]
         if improved:
             self.state.update(
