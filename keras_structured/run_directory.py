@@ -13,7 +13,10 @@ benchmark runners) writes it through this module, which guarantees:
   (:func:`write_bytes`, :func:`write_text`, :func:`write_json`, :func:`write_csv`,
   :func:`save_file`): a process killed at any moment leaves the old file or the new one,
   and the next writer to take the lock deletes its temporary file (:func:`remove_temporaries`);
-  logs that only grow are appended to (:func:`open_for_appending`), never rewritten;
+  logs that only grow are appended to (:func:`open_for_appending`), never rewritten; a folder
+  of files (a checkpoint) is written beside the old one and swapped in by two renames
+  (:func:`save_directory`), and a swap a kill left half done is finished or undone
+  (:func:`recover_directory`);
 - **no symlinks**: writing refuses a target that is a symlink, or that lies under a symlinked
   folder inside the run directory, with an :class:`UnsafePathError`; the temporary files are
   created with ``O_EXCL``, so a planted name cannot redirect them either.
@@ -36,6 +39,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
@@ -48,6 +52,8 @@ except ImportError:  # pragma: no cover - Windows
 
 #: The lock file of a run directory.
 LOCK_FILE = ".lock"
+#: The suffixes of the folder :func:`save_directory` writes and of the one it replaces.
+NEXT_SUFFIX, PREVIOUS_SUFFIX = ".next", ".previous"
 #: The names of :func:`save_file`'s temporary files: ``.{stem}.{8 random characters}.tmp{suffix}``.
 _TEMPORARY = re.compile(r"^\..*\.[a-z0-9_]{8}\.tmp(\.[^.]*)?$")
 
@@ -196,6 +202,77 @@ def make_directory(path: str | os.PathLike) -> pathlib.Path:
     return path
 
 
+def _swap_folders(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """The folders ``{path}.next`` and ``{path}.previous`` of a swap (:func:`save_directory`)."""
+    return path.with_name(path.name + NEXT_SUFFIX), path.with_name(path.name + PREVIOUS_SUFFIX)
+
+
+def save_directory(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
+    """Write a folder whole: ``write`` fills ``{path}.next/``, which then replaces ``path``.
+
+    The old folder is renamed ``{path}.previous/``, ``{path}.next/`` renamed ``path`` and the
+    old one deleted: a process killed at any moment leaves the old folder or the new one,
+    possibly beside a leftover that :func:`recover_directory` clears (call it before reading
+    ``path``, while holding the directory's :class:`RunLock`).
+
+    Args:
+        path: the folder to (re)write; neither it, its swap folders nor its parent may be a
+            symlink.
+        write: called with the new folder (created, empty); writes the files there (with
+            :func:`save_file` and the like, so that each is on disk before the swap).
+
+    Returns:
+        ``path``, a ``pathlib.Path``.
+
+    Raises:
+        UnsafePathError: a symlink among the folders.
+
+    Example:
+        >>> import tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp()) / "checkpoint"
+        >>> _ = save_directory(folder, lambda new: write_json(new / "state.json", {"epoch": 1}))
+        >>> _ = save_directory(folder, lambda new: write_json(new / "state.json", {"epoch": 2}))
+        >>> json.loads((folder / "state.json").read_text()), sorted(p.name for p in folder.parent.iterdir())
+        ({'epoch': 2}, ['checkpoint'])
+    """
+    path = pathlib.Path(path)
+    written, previous = _swap_folders(path)
+    for folder in (path, written, previous):
+        _refuse_symlinks(folder)
+    shutil.rmtree(written, ignore_errors=True)  # a killed writer's
+    written.mkdir()
+    try:
+        write(written)
+    except BaseException:
+        shutil.rmtree(written, ignore_errors=True)
+        raise
+    if path.exists():
+        path.rename(previous)
+    written.rename(path)
+    shutil.rmtree(previous, ignore_errors=True)
+    return path
+
+
+def recover_directory(path: str | os.PathLike) -> None:
+    """Finish or undo a swap of :func:`save_directory` that a killed process left half done.
+
+    Killed between the renames (no ``path``, a ``{path}.previous/``), the previous folder is
+    put back; any leftover ``{path}.next/`` or ``{path}.previous/`` is deleted.
+
+    Args:
+        path: the folder.
+    """
+    path = pathlib.Path(path)
+    written, previous = _swap_folders(path)
+    if previous.is_dir() and not previous.is_symlink() and not os.path.lexists(path):
+        previous.rename(path)
+    for leftover in (written, previous):
+        if leftover.is_symlink():
+            leftover.unlink()
+        elif leftover.exists():
+            shutil.rmtree(leftover)
+
+
 class RunLock:
     """An exclusive lock on a run directory for one writing process.
 
@@ -286,10 +363,14 @@ __all__ = [
     "RunLock",
     "RunLockedError",
     "UnsafePathError",
+    "NEXT_SUFFIX",
+    "PREVIOUS_SUFFIX",
     "make_directory",
+    "recover_directory",
     "open_for_appending",
     "read_csv",
     "remove_temporaries",
+    "save_directory",
     "save_file",
     "write_bytes",
     "write_csv",

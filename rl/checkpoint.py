@@ -200,16 +200,13 @@ def save_checkpoint(
     Returns:
         The checkpoint directory.
     """
-    from keras_structured.run_directory import make_directory  # see write_checkpoint_files
+    from keras_structured.run_directory import make_directory, save_directory  # see write_checkpoint_files
 
     root = make_directory(Path(logdir) / "checkpoints")
-    final = root / f"iter_{iteration:06d}"
-    tmp = root / f".tmp_iter_{iteration:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write_checkpoint_files(tmp, arrays, state, resume_state)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    final = save_directory(
+        root / f"iter_{iteration:06d}",
+        lambda folder: write_checkpoint_files(folder, arrays, state, resume_state),
+    )
     found = checkpoint_dirs(logdir)
     stale = [p for p in found if checkpoint_iteration(p) > iteration]  # another run's
     older = [p for p in found if checkpoint_iteration(p) <= iteration][:-keep]

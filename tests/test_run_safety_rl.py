@@ -522,7 +522,7 @@ def _row_appended(logdir):
 
 def _checkpoint_being_written(logdir):
     """A condition: a checkpoint is being written (its temporary directory exists)."""
-    return lambda: any(path.name.startswith(".tmp_iter") for path in (logdir / "checkpoints").iterdir())
+    return lambda: any(path.name.endswith(".next") for path in (logdir / "checkpoints").iterdir())
 
 
 @pytest.mark.slow

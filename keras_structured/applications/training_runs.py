@@ -15,7 +15,7 @@ opening the run to its end) and whose every file is written whole, never through
 - ``checkpoint/``: ``model.keras`` (the model with its optimizer state) and ``state.json``
   (the loop state) after the last finished epoch, from which ``--resume`` continues. It is
   written as ``checkpoint.next/`` and swapped in by two renames, so a process killed at any
-  moment leaves a whole checkpoint (:func:`recover_checkpoint`);
+  moment leaves a whole checkpoint (:func:`~keras_structured.run_directory.save_directory`);
 - ``best.keras``: the model of the best score so far (early stopping keeps it);
 - ``final.json``: the summary, written when training ends.
 
@@ -68,7 +68,6 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -78,7 +77,14 @@ import numpy as np
 
 from keras_structured.divergence import DivergenceError, RaiseOnNonFiniteLoss, check_finite_weights
 from keras_structured.progress_log import ProgressLog
-from keras_structured.run_directory import RunLock, make_directory, save_file, write_json
+from keras_structured.run_directory import (
+    RunLock,
+    make_directory,
+    recover_directory,
+    save_directory,
+    save_file,
+    write_json,
+)
 from keras_structured.run_settings import check_resumed_settings
 from keras_structured.tensorboard_scalars import EVENTS_PATTERN
 from keras_structured.validation import check_integer, check_number
@@ -92,8 +98,6 @@ RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.j
 INCOMPLETE_RUN_FILES = ("progress.csv", "best.keras", "final.json")
 #: Settings a resumed run may increase: they extend its training budget.
 BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
-#: The folders of a checkpoint being written and of the one it replaces (:func:`recover_checkpoint`).
-NEXT_CHECKPOINT, PREVIOUS_CHECKPOINT = "checkpoint.next", "checkpoint.previous"
 
 
 def check_run_settings(config: Any) -> None:
@@ -178,23 +182,6 @@ def reseed_dropout(model: keras.Model, seed: int) -> None:
             state.assign(np.array([seed, index], dtype=keras.backend.standardize_dtype(state.dtype)))
 
 
-def recover_checkpoint(logdir: pathlib.Path) -> None:
-    """Finish or undo a checkpoint swap that a killed process left half done.
-
-    :meth:`TrainingRun.save_checkpoint` writes ``checkpoint.next/``, renames ``checkpoint/`` to
-    ``checkpoint.previous/``, renames ``checkpoint.next/`` to ``checkpoint/`` and deletes
-    ``checkpoint.previous/``. Killed between the renames, the previous checkpoint is put back
-    (that epoch runs again); any leftover ``checkpoint.next/`` or ``checkpoint.previous/`` is
-    deleted.
-    """
-    checkpoint, previous = logdir / "checkpoint", logdir / PREVIOUS_CHECKPOINT
-    if previous.exists() and not checkpoint.exists():
-        previous.rename(checkpoint)
-    for leftover in (previous, logdir / NEXT_CHECKPOINT):
-        if leftover.exists():
-            shutil.rmtree(leftover)
-
-
 def _missing_checkpoint(logdir: pathlib.Path) -> FileNotFoundError:
     return FileNotFoundError(f"--resume needs a run with a checkpoint. Received: logdir={str(logdir)!r}")
 
@@ -245,7 +232,7 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
             budget.
         FileExistsError: a new run in a directory that holds one, complete or not.
     """
-    recover_checkpoint(logdir)
+    recover_directory(logdir / "checkpoint")
     state_path = logdir / "checkpoint" / "state.json"
     incomplete = not state_path.exists() and (logdir / "config.json").exists()
     if resume:
@@ -504,15 +491,12 @@ class TrainingRun:
         """
         self.state["epoch"] += 1
         self.state["train_seconds"] += seconds
-        checkpoint, written = self.logdir / "checkpoint", self.logdir / NEXT_CHECKPOINT
-        written.mkdir()  # opening the run (check_logdir) removed any leftover
-        save_file(written / "model.keras", model.save)
-        write_json(written / "state.json", self.state)
-        previous = self.logdir / PREVIOUS_CHECKPOINT
-        if checkpoint.exists():
-            checkpoint.rename(previous)
-        written.rename(checkpoint)
-        shutil.rmtree(previous, ignore_errors=True)
+
+        def write(folder: pathlib.Path) -> None:
+            save_file(folder / "model.keras", model.save)
+            write_json(folder / "state.json", self.state)
+
+        save_directory(self.logdir / "checkpoint", write)
 
     def finish(self, scores: dict, details: dict) -> dict:
         """The run's summary, written to ``final.json`` when the run is over; then :meth:`close`.
