@@ -1,8 +1,8 @@
 """Train, evaluate and sweep the trace-norm bilinear dependency parser (Hazan's algorithm).
 
 The parser and its training are :mod:`keras_structured.applications.parsing.tracenorm`: arc scores
-``phi_i^T A phi_j + eta^T d(i, j)`` over hashed token features, trained by Frank-Wolfe on
-``min mean loss  s.t.  ||A||_* + lam ||eta||_2 <= C``.
+``phi_i^T A phi_j + b^T d(i, j)`` over hashed token features, trained by Frank-Wolfe on
+``min mean loss  s.t.  ||A||_* + lam ||b||_2 <= C``.
 
 Subcommands:
 
@@ -18,7 +18,7 @@ Subcommands:
 * ``sweep``: one ``train`` per value of ``--Cs`` (into ``<logdir>/C_<value>``), evaluated
   on dev and test: ``sweep.csv`` and ``uas_vs_C.png``.
 * ``frobenius``: the baseline on the same features, a dense ``A`` with the penalty
-  ``mu (||A||_F^2 + ||eta||^2)`` trained by Adam (``train_frobenius``; not resumable, no
+  ``mu (||A||_F^2 + ||b||^2)`` trained by Adam (``train_frobenius``; not resumable, no
   checkpoint: the dense model is not kept). Writes ``config.json``, ``progress.csv``
   (step, objective, loss, time), ``final.json`` (as ``train``'s) and ``eval_dev.json`` /
   ``eval_test.json`` (as ``evaluate``'s).
@@ -122,7 +122,7 @@ def _add_common_arguments(parser: argparse.ArgumentParser, dim_help: str) -> Non
 
 def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common_arguments(parser, "hashing dimension d of the token features")
-    parser.add_argument("--lam", type=_POSITIVE, default=1.0, help="weight of ||eta||_2 in the ball")
+    parser.add_argument("--lam", type=_POSITIVE, default=1.0, help="weight of ||b||_2 in the ball")
     parser.add_argument("--steps", type=_AT_LEAST_ONE, default=100, help="Frank-Wolfe steps")
     parser.add_argument("--step-rule", default="standard", choices=_STEP_RULES, help="2/(k+2) or line search")
     parser.add_argument(
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one model into --logdir (resumable)")
     _add_training_arguments(train)
     train.add_argument(
-        "--C", type=_POSITIVE, default=10.0, help="radius of the ball ||A||_* + lam ||eta|| <= C"
+        "--C", type=_POSITIVE, default=10.0, help="radius of the ball ||A||_* + lam ||b|| <= C"
     )
     train.add_argument("--logdir", required=True, help="run folder")
     train.add_argument(
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--logdir", required=True, help="folder of the sweep (one sub-run per C)")
     frobenius = commands.add_parser(
         "frobenius",
-        help="the dense baseline: min F + mu (||A||_F^2 + ||eta||^2) by Adam, evaluated on dev and test",
+        help="the dense baseline: min F + mu (||A||_F^2 + ||b||^2) by Adam, evaluated on dev and test",
     )
     _add_common_arguments(frobenius, "hashing dimension d (the dense A takes 8 d^2 bytes per copy)")
     frobenius.add_argument("--mu", type=_NONNEGATIVE, default=1e-3, help="weight of the Frobenius penalty")
@@ -408,7 +408,7 @@ def _train(args: argparse.Namespace, C: float, logdir: pathlib.Path) -> dict | N
             "gap": last.get("gap"),
             "rank": trainer.model.rank,
             "num_parameters": trainer.model.num_parameters,
-            "dense_parameters": args.dim**2 + trainer.model.eta.size,
+            "dense_parameters": args.dim**2 + trainer.model.distance_weights.size,
             "time": last.get("time"),
             "dev": tracenorm.evaluate(trainer.model, dev),
             "peak_memory_mib": peak_memory_mib(),

@@ -208,9 +208,9 @@ def test_kl_projected_covariance_on_segment(diagonal):
         for row in range(len(start)):
             direction = (end[row] - start[row]).ravel()
             offset = (new[row] - start[row]).ravel()
-            eta = direction @ offset / (direction @ direction)
-            assert -1e-9 <= eta <= 1.0 + 1e-9
-            np.testing.assert_allclose(offset, eta * direction, atol=1e-9 * (1 + np.abs(direction).max()))
+            t = direction @ offset / (direction @ direction)
+            assert -1e-9 <= t <= 1.0 + 1e-9
+            np.testing.assert_allclose(offset, t * direction, atol=1e-9 * (1 + np.abs(direction).max()))
 
 
 @pytest.mark.parametrize("diagonal", [False, True])
@@ -247,9 +247,11 @@ def test_kl_average_over_batch_shared_covariance(diagonal):
     )
     assert new_scale.shape == scale.shape  # stays shared
     check_kl_bounds(new_mean, new_scale, old_mean, old_scale, 0.1, 0.05, diagonal, average=True)
-    # a single eta for all means
-    etas = np.linalg.norm(new_mean.numpy() - old_mean, axis=-1) / np.linalg.norm(mean - old_mean, axis=-1)
-    np.testing.assert_allclose(etas, etas[0], rtol=1e-9)
+    # a single coefficient t for all means
+    coefficients = np.linalg.norm(new_mean.numpy() - old_mean, axis=-1) / np.linalg.norm(
+        mean - old_mean, axis=-1
+    )
+    np.testing.assert_allclose(coefficients, coefficients[0], rtol=1e-9)
     # per-state bounds do not hold in general, the average does; the per-state variant is stricter
     per_state_mean, per_state_scale = project_gaussian_kl(
         mean, scale, old_mean, old_scale, 0.1, 0.05, diagonal=diagonal

@@ -22,6 +22,7 @@ from keras_structured.projections import (
     UserConstraint,
     interpolate,
     interpolation_coefficient,
+    mix,
     project,
 )
 from tests.layer_checks import check_layer
@@ -184,16 +185,16 @@ def test_tf_function_matches_eager_and_half_precision(name):
     assert half.dtype == tf.float16 and np.all(np.isfinite(half.numpy()))
 
 
-def test_gradients_flow_through_eta_and_barely_violated_is_safe():
+def test_gradients_flow_through_the_coefficient_and_barely_violated_is_safe():
     h0 = tf.constant([-1.0, -1.0, -1.0], tf.float64)
     h = tf.Variable([1e-300, 0.0, 1e300], dtype=tf.float64)
     with tf.GradientTape() as tape:
-        eta = interpolation_coefficient(h, h0)
-    grad = tape.gradient(eta, h).numpy()
-    np.testing.assert_allclose(eta.numpy()[:2], [1.0, 1.0])
-    assert 0 < eta.numpy()[2] <= 1e-299
+        coefficient = interpolation_coefficient(h, h0)
+    grad = tape.gradient(coefficient, h).numpy()
+    np.testing.assert_allclose(coefficient.numpy()[:2], [1.0, 1.0])
+    assert 0 < coefficient.numpy()[2] <= 1e-299
     assert np.all(np.isfinite(grad))
-    # eta = h0 / (h0 - h): d eta / d h = h0 / (h0 - h)^2 = -0.25 at h = 1
+    # t = h0 / (h0 - h): d t / d h = h0 / (h0 - h)^2 = -0.25 at h = 1
     x = tf.Variable([[2.0, 0.0]], dtype=tf.float64)
     with tf.GradientTape() as tape:
         out = L2Ball(1.0).project(x)
@@ -209,12 +210,39 @@ def test_l2_gradient_at_center_is_finite():
     np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), np.ones((2, 3)))
 
 
-def test_several_constraints_take_the_minimum_eta():
+def test_several_constraints_take_the_minimum_coefficient():
     h_x = tf.constant([[3.0, 1.0], [-1.0, -2.0]])
     h_x0 = tf.constant([[-1.0, -1.0], [-1.0, -1.0]])
     np.testing.assert_allclose(interpolation_coefficient(h_x, h_x0).numpy(), [0.25, 1.0])
     out = interpolate(tf.constant([[4.0, 0.0], [0.1, 0.1]]), tf.zeros((2, 2)), h_x, h_x0)
     np.testing.assert_allclose(out.numpy(), [[1.0, 0.0], [0.1, 0.1]])
+
+
+def test_the_names_of_the_coefficient_before_its_rename_still_work():
+    """``eta`` was the interpolation coefficient's name: the old names warn and give the same values."""
+    x, x0 = tf.constant([[3.0, 4.0], [0.3, 0.4]]), tf.zeros((2, 2))
+    ball, expected = L2Ball(1.0), [0.2, 1.0]
+    with pytest.warns(DeprecationWarning, match="Constraint.eta is deprecated"):
+        np.testing.assert_allclose(ball.eta(x, x0).numpy(), expected, rtol=1e-6)
+    with pytest.warns(DeprecationWarning, match="batch_mean_eta is deprecated"):
+        np.testing.assert_allclose(
+            ball.batch_mean_eta(x, x0).numpy(), ball.batch_mean_interpolation_coefficient(x, x0).numpy()
+        )
+    from keras_structured.projections import affine_rows_eta
+
+    with pytest.warns(DeprecationWarning, match="affine_rows_eta is deprecated"):
+        np.testing.assert_allclose(affine_rows_eta([[3.0, -1.0]], [[-1.0, -1.0]]).numpy(), [0.25])
+    with pytest.warns(DeprecationWarning, match=r"mix\(..., eta=...\) is deprecated"):
+        np.testing.assert_allclose(mix(x, x0, eta=[0.5, 1.0]).numpy(), [[1.5, 2.0], [0.3, 0.4]])
+    with pytest.raises(TypeError, match="both coefficient and its deprecated name eta"):
+        mix(x, x0, [0.5, 1.0], eta=[0.5, 1.0])
+    with pytest.warns(DeprecationWarning, match="HalfStep.eta is deprecated"):
+
+        class HalfStep(L2Ball):  # overrides the coefficient under its old name
+            def eta(self, x, x0, reference=None, margin=0.0):
+                return tf.fill(tf.shape(x)[:1], 0.5)
+
+    np.testing.assert_allclose(HalfStep(1.0).project(x).numpy(), [[1.5, 2.0], [0.15, 0.2]], rtol=1e-6)
 
 
 def test_project_helper_equals_intersection():

@@ -196,10 +196,10 @@ def test_kl_on_the_batch_mean_has_one_closed_form_coefficient():
     rng = np.random.default_rng(5)
     p, q = _probs(rng), 0.3 * _probs(rng) + 0.7 / K
     eps = 2.0**-5  # a float32 number: a Python-float bound reaches float64 through float32
-    out, eta = KLTrustRegion(eps).project(p, q, average_over_batch=True, return_coefficient=True)
+    out, coefficient = KLTrustRegion(eps).project(p, q, average_over_batch=True, return_coefficient=True)
     mean_kl = float(np.mean(kl_divergence(p, q)))
     assert mean_kl > eps
-    np.testing.assert_allclose(eta.numpy(), np.full(BATCH, eps / mean_kl), rtol=1e-12)
+    np.testing.assert_allclose(coefficient.numpy(), np.full(BATCH, eps / mean_kl), rtol=1e-12)
     np.testing.assert_allclose(out.numpy(), q + eps / mean_kl * (p - q), rtol=1e-12)
     assert float(np.mean(kl_divergence(out, q))) <= eps * (1 + 1e-9)
     per_row = KLTrustRegion(eps).project(p, q).numpy()  # one coefficient per row instead
@@ -211,9 +211,9 @@ def test_feasible_batch_mean_keeps_every_row():
     x = _probs(rng)
     bound = float(np.mean(entropy(x))) - 0.05  # some rows are below it, the mean is not
     assert np.any(entropy(x).numpy() < bound)
-    out, eta = EntropyLowerBound(bound).project(x, average_over_batch=True, return_coefficient=True)
+    out, coefficient = EntropyLowerBound(bound).project(x, average_over_batch=True, return_coefficient=True)
     np.testing.assert_array_equal(out.numpy(), x)
-    np.testing.assert_array_equal(eta.numpy(), np.ones(BATCH))
+    np.testing.assert_array_equal(coefficient.numpy(), np.ones(BATCH))
 
 
 def test_intersection_on_the_batch_mean_holds_each_constraint():

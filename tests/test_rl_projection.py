@@ -133,18 +133,18 @@ def _reference_categorical(probs, old_probs, bound, eps, per_state):
     def coefficient(h_x, h_x0):
         if per_state:
             return interpolation_coefficient(h_x, h_x0)
-        eta = interpolation_coefficient(
+        mean_coefficient = interpolation_coefficient(
             tf.reduce_mean(h_x, keepdims=True), tf.reduce_mean(h_x0, keepdims=True)
         )
-        return tf.broadcast_to(eta, tf.shape(h_x))
+        return tf.broadcast_to(mean_coefficient, tf.shape(h_x))
 
     n = tf.cast(tf.shape(probs)[-1], probs.dtype)
     h_x = bound - entropy(probs)
-    eta_entropy = coefficient(h_x, tf.fill(tf.shape(h_x), bound - tf.math.log(n)))
-    probs = mix(probs, tf.ones_like(probs) / n, eta_entropy)
+    t_entropy = coefficient(h_x, tf.fill(tf.shape(h_x), bound - tf.math.log(n)))
+    probs = mix(probs, tf.ones_like(probs) / n, t_entropy)
     g_x = kl_divergence(probs, old_probs) - eps
-    eta_kl = coefficient(g_x, tf.fill(tf.shape(g_x), tf.cast(-eps, probs.dtype)))
-    return mix(probs, old_probs, eta_kl), eta_entropy < 1.0, eta_kl < 1.0
+    t_kl = coefficient(g_x, tf.fill(tf.shape(g_x), tf.cast(-eps, probs.dtype)))
+    return mix(probs, old_probs, t_kl), t_entropy < 1.0, t_kl < 1.0
 
 
 def _reference_gaussian(mean, scale, old_mean, old_scale, bound, eps, per_state, diagonal):

@@ -344,9 +344,11 @@ def _poison(monkeypatch, module, name: str, call: int, replace: Callable):
 
 
 def _nan_atom_at_step(monkeypatch, step: int) -> None:
-    """The linear step of Frank-Wolfe step ``step`` gets a NaN ``eta``: the weights become NaN."""
-    nan_eta = lambda atom: dataclasses.replace(atom, eta=np.full_like(atom.eta, np.nan))  # noqa: E731
-    _poison(monkeypatch, hazan_module, "linear_minimizer", step, nan_eta)
+    """The linear step of Frank-Wolfe step ``step`` gets NaN distance weights: the weights become NaN."""
+    nan_weights = lambda atom: dataclasses.replace(  # noqa: E731
+        atom, distance_weights=np.full_like(atom.distance_weights, np.nan)
+    )
+    _poison(monkeypatch, hazan_module, "linear_minimizer", step, nan_weights)
 
 
 def test_non_finite_weights_stop_training_at_their_step(small, tmp_path, monkeypatch):
@@ -370,8 +372,10 @@ def test_cli_divergence_exits_with_an_error_and_no_final_json(cli, treebank, tmp
 
 
 def _nan_gradient_at_step(monkeypatch, step: int) -> None:
-    nan_eta = lambda result: dataclasses.replace(result, grad_eta=np.full_like(result.grad_eta, np.nan))  # noqa: E731
-    _poison(monkeypatch, frobenius_module, "objective_gradient", step, nan_eta)
+    nan_gradient = lambda result: dataclasses.replace(  # noqa: E731
+        result, grad_distance_weights=np.full_like(result.grad_distance_weights, np.nan)
+    )
+    _poison(monkeypatch, frobenius_module, "objective_gradient", step, nan_gradient)
 
 
 def test_frobenius_divergence_is_an_error_not_a_result(cli, treebank, small, tmp_path, monkeypatch, capsys):

@@ -4,14 +4,14 @@ The small problem: hashed features of dimension ``d = 10`` of the 20 shortest se
 ``tests/data/en_ewt_sample.conllu`` (9 to 26 words), the SparseMAP loss, ``C = 0.5``,
 ``lam = 1`` (the constraint is active there: a larger ``C`` reaches a lower objective).
 
-**The projection onto the ball** ``B = {(A, eta): ||A||_* + lam ||eta||_2 <= C}`` that the
-projected-gradient reference needs. Let ``A0 = P diag(s) Q^T`` (SVD) and ``r = ||eta0||``.
+**The projection onto the ball** ``B = {(A, b): ||A||_* + lam ||b||_2 <= C}`` that the
+projected-gradient reference needs. Let ``A0 = P diag(s) Q^T`` (SVD) and ``r = ||b0||``.
 
-1. Reduction. For any ``(A, eta)``, ``||A - A0||_F >= ||sigma(A) - s||_2`` (Mirsky's
-   inequality, singular values sorted) and ``||eta - eta0|| >= | ||eta|| - r |``; both hold
-   with equality for ``A = P diag(sigma) Q^T`` and ``eta = t eta0 / r``. Membership in ``B``
-   depends on ``(sigma(A), ||eta||)`` only, so the projection is
-   ``(P diag(sigma') Q^T, t' eta0 / r)`` with
+1. Reduction. For any ``(A, b)``, ``||A - A0||_F >= ||sigma(A) - s||_2`` (Mirsky's
+   inequality, singular values sorted) and ``||b - b0|| >= | ||b|| - r |``; both hold
+   with equality for ``A = P diag(sigma) Q^T`` and ``b = t b0 / r``. Membership in ``B``
+   depends on ``(sigma(A), ||b||)`` only, so the projection is
+   ``(P diag(sigma') Q^T, t' b0 / r)`` with
    ``(sigma', t') = argmin ||sigma - s||^2 + (t - r)^2  s.t.  sum(sigma) + lam t <= C, sigma, t >= 0``:
    the projection onto a weighted l1 ball (weights ``1, ..., 1, lam``) of the vector
    ``(s_1, ..., s_d, r)``, which is nonnegative already.
@@ -25,7 +25,7 @@ projected-gradient reference needs. Let ``A0 = P diag(s) Q^T`` (SVD) and ``r = |
    method to machine precision.
 
 The reference minimiser is FISTA (accelerated projected gradient) with that projection and
-the step ``1 / L``, ``L = ||J||_2^2 / m`` with ``J`` the matrix that maps ``(A, eta)`` to the
+the step ``1 / L``, ``L = ||J||_2^2 / m`` with ``J`` the matrix that maps ``(A, b)`` to the
 arc scores of all sentences: the SparseMAP loss has a 1-Lipschitz gradient in the scores
 (``u*`` is a Euclidean projection), so ``L`` bounds the curvature of the mean loss. Its own
 Frank-Wolfe gap certifies how close it gets.
@@ -77,9 +77,10 @@ def small(sentences):
 
 
 def _exact_norm(model: tn.TraceNormModel) -> float:
-    """``||A||_* + lam ||eta||`` from an SVD of the dense ``A``."""
+    """``||A||_* + lam ||b||`` from an SVD of the dense ``A``."""
     return float(
-        np.linalg.svd(model.dense_matrix(), compute_uv=False).sum() + LAM * np.linalg.norm(model.eta)
+        np.linalg.svd(model.dense_matrix(), compute_uv=False).sum()
+        + LAM * np.linalg.norm(model.distance_weights)
     )
 
 
@@ -128,27 +129,27 @@ def test_gap_is_nonnegative_and_decreases_like_one_over_k(standard_run):
     assert slope <= -0.8, slope
 
 
-def _project(matrix: np.ndarray, eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The Euclidean projection onto ``||A||_* + LAM ||eta|| <= C`` (module docstring)."""
+def _project(matrix: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Euclidean projection onto ``||A||_* + LAM ||b|| <= C`` (module docstring)."""
     p, s, q_t = np.linalg.svd(matrix)
-    r = np.linalg.norm(eta)
+    r = np.linalg.norm(weights)
     if s.sum() + LAM * r <= C:
-        return matrix, eta
+        return matrix, weights
     budget = lambda theta: np.maximum(s - theta, 0).sum() + LAM * max(r - LAM * theta, 0) - C  # noqa: E731
     theta = brentq(budget, 0.0, max(s[0], r / LAM), xtol=1e-15, rtol=1e-15)
     t = max(r - LAM * theta, 0.0)
-    return (p * np.maximum(s - theta, 0)) @ q_t, (eta * (t / r) if r > 0 else eta)
+    return (p * np.maximum(s - theta, 0)) @ q_t, (weights * (t / r) if r > 0 else weights)
 
 
 def test_projection_lands_on_the_sphere():
     rng = np.random.default_rng(0)
-    matrix, eta = _project(rng.standard_normal((DIM, DIM)), rng.standard_normal(NUM_DISTANCE_FEATURES))
-    norm = np.linalg.svd(matrix, compute_uv=False).sum() + LAM * np.linalg.norm(eta)
+    matrix, weights = _project(rng.standard_normal((DIM, DIM)), rng.standard_normal(NUM_DISTANCE_FEATURES))
+    norm = np.linalg.svd(matrix, compute_uv=False).sum() + LAM * np.linalg.norm(weights)
     assert norm == pytest.approx(C, rel=1e-10)
 
 
 def _curvature(sentences) -> float:
-    """``||J||^2 / m``: ``J`` maps ``(vec A, eta)`` to the scores of every arc."""
+    """``||J||^2 / m``: ``J`` maps ``(vec A, b)`` to the scores of every arc."""
     rows = []
     for s in sentences:
         phi, index = s.phi.toarray(), s.distance
@@ -163,9 +164,9 @@ def test_objective_matches_projected_gradient_descent(standard_run, small):
     batch = tn.ArcBatch(small)
     step = 1.0 / _curvature(small)
 
-    def gradient(matrix, eta):
-        result = tn.loss_and_gradient(tn.BilinearModel(matrix, eta), batch)
-        return result, result.grad_A @ np.eye(DIM), result.grad_eta
+    def gradient(matrix, weights):
+        result = tn.loss_and_gradient(tn.BilinearModel(matrix, weights), batch)
+        return result, result.grad_A @ np.eye(DIM), result.grad_distance_weights
 
     x = previous = (np.zeros((DIM, DIM)), np.zeros(NUM_DISTANCE_FEATURES))
     t = 1.0
@@ -173,10 +174,10 @@ def test_objective_matches_projected_gradient_descent(standard_run, small):
         t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
         w = (t - 1) / t_next
         y = tuple(a + w * (a - b) for a, b in zip(x, previous, strict=True))
-        _, grad_matrix, grad_eta = gradient(*y)
-        previous, x, t = x, _project(y[0] - step * grad_matrix, y[1] - step * grad_eta), t_next
-    result, grad_matrix, grad_eta = gradient(*x)
-    reference_gap = result.inner + C * tn.linear_minimizer(grad_matrix, grad_eta, C, LAM).dual_norm
+        _, grad_matrix, grad_weights = gradient(*y)
+        previous, x, t = x, _project(y[0] - step * grad_matrix, y[1] - step * grad_weights), t_next
+    result, grad_matrix, grad_weights = gradient(*x)
+    reference_gap = result.inner + C * tn.linear_minimizer(grad_matrix, grad_weights, C, LAM).dual_norm
     assert 0 <= reference_gap < 1e-5  # the reference is certified optimal to 1e-5
     trainer, _ = standard_run
     frank_wolfe = tn.objective(trainer.model, batch)
@@ -222,7 +223,7 @@ def _random_model(dim: int, rank: int, seed: int = 0, scale: float = 1.0) -> tn.
     model = tn.TraceNormModel(dim)
     for _ in range(rank):
         model.add_factor(scale * rng.uniform(0.5, 1.5), rng.standard_normal(dim), rng.standard_normal(dim))
-    model.eta = scale * rng.standard_normal(NUM_DISTANCE_FEATURES)
+    model.distance_weights = scale * rng.standard_normal(NUM_DISTANCE_FEATURES)
     return model
 
 
@@ -231,24 +232,24 @@ def test_gradient_operator_matches_the_dense_gradient(sentences):
     features = featurize(sentences[:4], dim=dim)
     model = _random_model(dim, rank=3, seed=1)
     result = tn.loss_and_gradient(model, features)
-    dense, grad_eta, losses = np.zeros((dim, dim)), np.zeros(NUM_DISTANCE_FEATURES), []
+    dense, grad_weights, losses = np.zeros((dim, dim)), np.zeros(NUM_DISTANCE_FEATURES), []
     for s in features:  # one sentence at a time, no padding, dense algebra
         phi, y, index = s.phi.toarray(), s.gold_arcs(), s.distance
-        scores = phi @ model.dense_matrix() @ phi.T + model.eta[index]
+        scores = phi @ model.dense_matrix() @ phi.T + model.distance_weights[index]
         scores[index < 0] = 0
         u = solve(DependencyTreeStructure(), scores[None], exact_jacobian=False).u[0]
         dense += phi.T @ (u - y) @ phi / len(features)
-        np.add.at(grad_eta, index[index >= 0], (u - y)[index >= 0] / len(features))
+        np.add.at(grad_weights, index[index >= 0], (u - y)[index >= 0] / len(features))
         losses.append(np.sum(scores * u) - np.sum(u * u) / 2 - np.sum(scores * y) + np.sum(y) / 2)
     rng = np.random.default_rng(2)
     for v in rng.standard_normal((3, dim)):
         np.testing.assert_allclose(result.grad_A.matvec(v), dense @ v, atol=1e-10)
         np.testing.assert_allclose(result.grad_A.rmatvec(v), dense.T @ v, atol=1e-10)
     np.testing.assert_allclose(result.grad_A @ np.eye(dim), dense, atol=1e-10)
-    np.testing.assert_allclose(result.grad_eta, grad_eta, atol=1e-10)
+    np.testing.assert_allclose(result.grad_distance_weights, grad_weights, atol=1e-10)
     np.testing.assert_allclose(result.losses, losses, atol=1e-9)
     assert result.inner == pytest.approx(
-        np.sum(dense * model.dense_matrix()) + grad_eta @ model.eta, abs=1e-9
+        np.sum(dense * model.dense_matrix()) + grad_weights @ model.distance_weights, abs=1e-9
     )
 
 
@@ -261,7 +262,7 @@ def test_gradient_is_the_derivative_of_the_objective(sentences):
     epsilon = 1e-4
     values = []
     for sign in (1, -1):
-        moved = tn.BilinearModel(model.dense_matrix() + sign * epsilon * direction, model.eta)
+        moved = tn.BilinearModel(model.dense_matrix() + sign * epsilon * direction, model.distance_weights)
         values.append(tn.objective(moved, features))
     numeric = (values[0] - values[1]) / (2 * epsilon)
     assert numeric == pytest.approx(np.sum(direction * (result.grad_A @ np.eye(dim))), rel=1e-3, abs=1e-6)
@@ -288,10 +289,12 @@ def test_scores_match_the_dense_matrix_and_compress_keeps_them(sentences):
     matrix = model.dense_matrix()
     for s in features:
         phi = s.phi.toarray()
-        expected = phi @ matrix @ phi.T + model.eta[s.distance]
+        expected = phi @ matrix @ phi.T + model.distance_weights[s.distance]
         expected[s.distance < 0] = 0
         np.testing.assert_allclose(model.scores(s), expected, atol=1e-10)
-        np.testing.assert_allclose(tn.BilinearModel(matrix, model.eta).scores(s), expected, atol=1e-10)
+        np.testing.assert_allclose(
+            tn.BilinearModel(matrix, model.distance_weights).scores(s), expected, atol=1e-10
+        )
     before = [model.scores(s) for s in features]
     model.compress()
     assert model.rank <= dim
@@ -305,13 +308,15 @@ def test_scores_match_the_dense_matrix_and_compress_keeps_them(sentences):
 
 def test_linear_minimizer_picks_the_larger_dual_norm():
     grad_matrix = np.diag([3.0, 1.0])
-    small_eta = np.full(NUM_DISTANCE_FEATURES, 0.1)
-    atom = tn.linear_minimizer(grad_matrix, small_eta, C=2.0, lam=1.0)
+    small_weights = np.full(NUM_DISTANCE_FEATURES, 0.1)
+    atom = tn.linear_minimizer(grad_matrix, small_weights, C=2.0, lam=1.0)
     assert atom.kind == "A" and atom.dual_norm == pytest.approx(3.0)
     np.testing.assert_allclose(2.0 * np.outer(atom.left, atom.right), [[-2.0, 0], [0, 0]], atol=1e-12)
-    atom = tn.linear_minimizer(grad_matrix, small_eta, C=2.0, lam=0.1)  # ||g|| / lam = 3.87 > 3
-    assert atom.kind == "eta"
-    np.testing.assert_allclose(atom.eta, -(2.0 / 0.1) * small_eta / np.linalg.norm(small_eta))
+    atom = tn.linear_minimizer(grad_matrix, small_weights, C=2.0, lam=0.1)  # ||g|| / lam = 3.87 > 3
+    assert atom.kind == "b"
+    np.testing.assert_allclose(
+        atom.distance_weights, -(2.0 / 0.1) * small_weights / np.linalg.norm(small_weights)
+    )
     operator = aslinearoperator(sp.csr_matrix(np.diag(np.arange(1.0, 8.0))))
     sigma, u, v = tn.top_singular_triplet(operator, method="svds")
     assert sigma == pytest.approx(7.0, rel=1e-6) and abs(u[-1]) == pytest.approx(1.0, rel=1e-6)
@@ -374,7 +379,7 @@ def test_bad_inputs_raise_clear_errors(small):
 
 
 def _assert_same_model(first: tn.TraceNormModel, second: tn.TraceNormModel) -> None:
-    for name in ("weights", "left", "right", "eta"):
+    for name in ("weights", "left", "right", "distance_weights"):
         np.testing.assert_array_equal(getattr(first, name), getattr(second, name), err_msg=name)
 
 
@@ -403,10 +408,64 @@ def test_resumed_run_repeats_the_uninterrupted_run(small, tmp_path, batch_size):
         tn.HazanTrainer(small[:8], tn.HazanConfig(C=3.0, steps=12), logdir=tmp_path)
 
 
+def _rewrite_in_the_old_format(path: pathlib.Path) -> None:
+    """Rewrite a checkpoint as written before the distance weights were renamed.
+
+    Its distance weights are under ``eta`` and the atoms of its history that moved them are
+    ``"eta"`` (``"b"`` now); the other arrays are unchanged.
+    """
+    model, step, history, config = tn.load_checkpoint(path)
+    state = model.state()
+    state["eta"] = state.pop("distance_weights")
+    history = [{**record, "atom": "eta" if record["atom"] == "b" else record["atom"]} for record in history]
+    with open(path, "wb") as handle:
+        np.savez(
+            handle,
+            **state,
+            step=np.int64(step),
+            history=np.array(json.dumps(history)),
+            config=np.array(json.dumps(config)),
+        )
+
+
+def test_a_checkpoint_of_the_old_format_loads_and_resumes(small, tmp_path):
+    config = tn.HazanConfig(C=2.0, lam=LAM, steps=12, checkpoint_every=3)
+    whole = tn.HazanTrainer(small[:8], config)
+    whole.train()
+    assert {record["atom"] for record in whole.history} == {"A", "b"}  # both kinds of atoms
+    first = tn.HazanTrainer(small[:8], config, logdir=tmp_path)
+    first.train(steps=6)
+    path = tmp_path / tn.CHECKPOINT_NAME
+    _rewrite_in_the_old_format(path)
+    with np.load(path) as data:
+        assert "eta" in data.files and "distance_weights" not in data.files
+        assert '"atom": "eta"' in str(data["history"])
+    model, step, history, _ = tn.load_checkpoint(path)
+    assert step == 6
+    _assert_same_model(model, first.model)
+    assert history == first.history  # the old "eta" atoms read as "b"
+    resumed = tn.HazanTrainer(small[:8], config, logdir=tmp_path)
+    assert resumed.step_count == 6
+    resumed.train()
+    _assert_same_model(whole.model, resumed.model)
+    for a, b in zip(whole.history, resumed.history, strict=True):
+        assert {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
+    with open(tmp_path / "progress.csv") as handle:
+        assert {row["atom"] for row in csv.DictReader(handle)} == {"A", "b"}
+    with np.load(path) as data:  # the next checkpoint has the new format
+        assert "distance_weights" in data.files and "eta" not in data.files
+
+
+def test_a_state_with_the_old_key_of_the_distance_weights_still_loads():
+    state = tn.TraceNormModel(3).state()
+    state["eta"] = state.pop("distance_weights") + 1.0
+    np.testing.assert_array_equal(tn.TraceNormModel.from_state(state).distance_weights, 1.0)
+
+
 def test_nan_objective_stops_and_keeps_the_last_good_checkpoint(small, tmp_path):
     def poison(trainer, record):
         if record["step"] == 4:
-            trainer.model.eta[:] = np.nan
+            trainer.model.distance_weights[:] = np.nan
 
     trainer = tn.HazanTrainer(
         small[:5], tn.HazanConfig(C=1.0, steps=10, checkpoint_every=2), logdir=tmp_path, callback=poison
@@ -415,7 +474,7 @@ def test_nan_objective_stops_and_keeps_the_last_good_checkpoint(small, tmp_path)
         trainer.train()
     model, step, history, _ = tn.load_checkpoint(tmp_path / tn.CHECKPOINT_NAME)
     assert step == 4 and len(history) == 4
-    assert np.isfinite(model.eta).all() and np.isfinite(model.weights).all()
+    assert np.isfinite(model.distance_weights).all() and np.isfinite(model.weights).all()
     assert np.isfinite(tn.objective(model, small[:5]))
     with open(tmp_path / "progress.csv") as handle:
         assert len(list(csv.DictReader(handle))) == 4

@@ -58,7 +58,8 @@ def test_runs_are_never_mixed(tmp_path):
     (tmp_path / "runner.log").write_text("")  # a runner's own files do not count
     with pytest.raises(FileExistsError, match=r"already holds a run \(config.json, checkpoint, final.json\)"):
         check_logdir(tmp_path, settings, resume=False)
-    with pytest.raises(ValueError, match=r"\{'learning_rate': \(0.1, 0.2\)\}.*logdir=.*Received: learning_rate=0.2"):
+    refused = r"\{'learning_rate': \(0.1, 0.2\)\}.*logdir=.*Received: learning_rate=0.2"
+    with pytest.raises(ValueError, match=refused):
         check_logdir(tmp_path, dataclasses.replace(settings, learning_rate=0.2), resume=True)
     with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
         check_logdir(tmp_path / "new", settings, resume=True)

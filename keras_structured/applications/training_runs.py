@@ -64,7 +64,6 @@ Leaving the ``with`` block, normally or by an error, releases the directory's lo
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -550,27 +549,3 @@ def load_best(
         )
     vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
     return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir, config_class)
-
-
-def train_from_arguments(
-    arguments: argparse.Namespace, config_class: type, train: Callable[..., dict]
-) -> None:
-    """The ``train`` subcommand: the settings from the parsed options, then the JSON summary.
-
-    Args:
-        arguments: the parsed options: one per field of ``config_class`` (same names), and
-            ``logdir``, ``resume``, ``quiet`` and ``time_limit``.
-        config_class: the settings' dataclass.
-        train: called as ``train(config, logdir, resume=, quiet=, time_limit=)``; returns
-            the summary, printed as one JSON line.
-    """
-    names = {field.name for field in dataclasses.fields(config_class)}
-    config = config_class(**{name: value for name, value in vars(arguments).items() if name in names})
-    summary = train(
-        config,
-        arguments.logdir,
-        resume=arguments.resume,
-        quiet=arguments.quiet,
-        time_limit=arguments.time_limit,
-    )
-    print(json.dumps(summary))

@@ -1,6 +1,6 @@
 """Interpolation-based projections onto convex sets ``{x : h(x) <= 0}``.
 
-``g(x) = x`` if ``h(x) <= 0`` else ``x0 + eta (x - x0)`` with ``eta = h(x0) / (h(x0) - h(x))``
+``g(x) = x`` if ``h(x) <= 0`` else ``x0 + t (x - x0)`` with ``t = h(x0) / (h(x0) - h(x))``
 for a strictly feasible anchor ``x0``: cheap, always feasible, differentiable.
 
 Constraints declare their input space (``Constraint.input_space``: points, probabilities
@@ -33,7 +33,13 @@ from keras_structured.projections.layer import InterpolationProjection
 from keras_structured.projections.minimize import minimize, projected_interpolation_descent
 from keras_structured.projections.norm_balls import L1Ball, L2Ball, LinfBall
 from keras_structured.projections.policy import ProjectionInfo, project_categorical, project_gaussian
-from keras_structured.projections.polytopes import Halfspace, Monotone, Polytope, affine_rows_eta
+from keras_structured.projections.polytopes import (
+    Halfspace,
+    Monotone,
+    Polytope,
+    affine_rows_interpolation_coefficient,
+)
+from keras_structured.projections.polytopes import affine_rows_eta as affine_rows_eta  # deprecated
 
 __all__ = [
     "INPUT_SPACES",
@@ -54,7 +60,7 @@ __all__ = [
     "Polytope",
     "ProjectionInfo",
     "UserConstraint",
-    "affine_rows_eta",
+    "affine_rows_interpolation_coefficient",
     "check_bound",
     "entropy",
     "gaussian_entropy",

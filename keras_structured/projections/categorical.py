@@ -113,7 +113,7 @@ class KLTrustRegion(_Categorical):
     With ``reverse=True`` the constraint is ``KL(q || p) <= epsilon`` (also convex in ``p``).
 
     Where the KL is infinite (``q_i = 0 < p_i``, or ``p_i = 0 < q_i`` for ``reverse``)
-    ``eta = 0`` and the output is ``q``, with finite gradients (see :func:`kl_divergence`).
+    ``t = 0`` and the output is ``q``, with finite gradients (see :func:`kl_divergence`).
 
     Args:
         epsilon: positive trust-region size (nats): a number, or a scalar or ``(batch,)``

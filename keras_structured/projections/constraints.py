@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 
 import keras
@@ -29,6 +30,12 @@ from keras_structured.validation import assert_finite, check_number
 #: coefficient, then evaluating an affine row there, each err by about ``eps / 2`` of that
 #: magnitude; the largest error seen on random float32 batches is ``0.7 eps`` of it.
 ROUNDOFF_ULPS = 2.0
+
+#: The :class:`Constraint` methods renamed with the interpolation coefficient (once ``eta``).
+_RENAMED_METHODS = {
+    "eta": "interpolation_coefficient",
+    "batch_mean_eta": "batch_mean_interpolation_coefficient",
+}
 
 #: ``h`` is evaluated on the inputs as given (the default).
 POINTS = "points"
@@ -216,17 +223,18 @@ class Constraint(abc.ABC):
     """A convex constraint ``h(x) <= 0`` on each batch row, projected by interpolation.
 
     Subclasses implement ``h`` (convex in ``x``, shape ``(batch,)``) and ``anchor`` (a
-    strictly feasible point, ``h < 0``); they may override ``eta`` with a closed form
-    (the largest feasible step along the segment from the anchor), ``magnitude`` (the
-    scale of the round-off in ``h``), ``check_input_shape`` (static checks at layer
-    build time) and ``get_config``. They declare their :attr:`input_space`; a subclass
-    whose inputs need another mapping than those of :data:`INPUT_SPACES` overrides
-    ``prepare`` (maps raw inputs to the space where ``h`` is convex).
+    strictly feasible point, ``h < 0``); they may override ``interpolation_coefficient``
+    with a closed form (the largest feasible step along the segment from the anchor),
+    ``magnitude`` (the scale of the round-off in ``h``), ``check_input_shape`` (static
+    checks at layer build time) and ``get_config``. They declare their
+    :attr:`input_space`; a subclass whose inputs need another mapping than those of
+    :data:`INPUT_SPACES` overrides ``prepare`` (maps raw inputs to the space where ``h``
+    is convex).
 
     ``project(x)`` returns ``x`` unchanged where feasible and
-    ``x0 + eta (x - x0)`` otherwise, with ``eta = h(x0) / (h(x0) - h(x))``. With
+    ``x0 + t (x - x0)`` otherwise, with ``t = h(x0) / (h(x0) - h(x))``. With
     ``average_over_batch`` the constraint is on the batch mean, ``mean_s h(x_s) <= 0``
-    (convex in the whole batch), and one ``eta`` moves every row.
+    (convex in the whole batch), and one ``t`` moves every row.
     """
 
     #: whether ``h`` and ``anchor`` need the ``reference`` argument.
@@ -273,19 +281,49 @@ class Constraint(abc.ABC):
             input_shape: the shape of the inputs, ``(batch, ...)``.
         """
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # An override under an old name (the coefficient was called ``eta``) still counts.
+        for old, new in _RENAMED_METHODS.items():
+            if old in cls.__dict__ and new not in cls.__dict__:
+                warnings.warn(
+                    f"{cls.__name__}.{old} is deprecated: name the override {new} instead.",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                setattr(cls, new, cls.__dict__[old])
+
     def eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
-        """Interpolation coefficient in ``[0, 1]``, 1 exactly where ``x`` is kept.
+        """Deprecated: :meth:`interpolation_coefficient`."""
+        warnings.warn(
+            "Constraint.eta is deprecated; use Constraint.interpolation_coefficient.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.interpolation_coefficient(x, x0, reference, margin)
+
+    def batch_mean_eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+        """Deprecated: :meth:`batch_mean_interpolation_coefficient`."""
+        warnings.warn(
+            "Constraint.batch_mean_eta is deprecated; use Constraint.batch_mean_interpolation_coefficient.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.batch_mean_interpolation_coefficient(x, x0, reference, margin)
+
+    def interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+        """Interpolation coefficient ``t`` in ``[0, 1]``, 1 exactly where ``x`` is kept.
 
         The default is the convexity bound ``(1 - m) h(x0) / (h(x0) - h(x))``; subclasses
         may return any larger value that is still feasible (e.g. an exact line search).
         """
         return interpolation_coefficient(self.h(x, reference), self.h(x0, reference), margin)
 
-    def batch_mean_eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+    def batch_mean_interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
         """One coefficient for the batch-mean constraint ``H(x) = mean_s h(x_s) <= 0``.
 
         ``H`` is convex in the whole batch ``x`` and ``H(x0) < 0``, so the convexity bound
-        ``eta = (1 - m) H(x0) / (H(x0) - H(x))`` (1 where ``H(x) <= -m |H(x0)|``) applied to
+        ``t = (1 - m) H(x0) / (H(x0) - H(x))`` (1 where ``H(x) <= -m |H(x0)|``) applied to
         every row gives ``H(output) <= -m |H(x0)|``.
 
         Args:
@@ -295,13 +333,13 @@ class Constraint(abc.ABC):
             margin: in ``[0, 1)``.
 
         Returns:
-            ``eta`` broadcast to shape ``(batch,)``.
+            ``t`` broadcast to shape ``(batch,)``.
         """
         h_x = self.h(x, reference)
-        eta = interpolation_coefficient(
+        coefficient = interpolation_coefficient(
             tf.reduce_mean(h_x, keepdims=True), tf.reduce_mean(self.h(x0, reference), keepdims=True), margin
         )
-        return tf.broadcast_to(tf.reshape(eta, []), tf.shape(x)[:1])
+        return tf.broadcast_to(tf.reshape(coefficient, []), tf.shape(x)[:1])
 
     def magnitude(self, x, reference=None) -> tf.Tensor:
         """Per row, the magnitude of the terms that ``h(x)`` sums, shape ``(batch,)``.
@@ -355,9 +393,10 @@ class Constraint(abc.ABC):
     ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         """Interpolation projection of each batch row of ``x`` onto ``{h <= 0}``.
 
-        Returns ``g(x) = x`` where ``h(x) <= -m |h(x0)|`` and ``x0 + eta (x - x0)``
-        otherwise (:meth:`eta`). With ``average_over_batch`` the constraint is
-        ``mean_s h(x_s) <= 0`` and one coefficient moves every row (:meth:`batch_mean_eta`).
+        Returns ``g(x) = x`` where ``h(x) <= -m |h(x0)|`` and ``x0 + t (x - x0)``
+        otherwise (:meth:`interpolation_coefficient`). With ``average_over_batch`` the
+        constraint is ``mean_s h(x_s) <= 0`` and one coefficient moves every row
+        (:meth:`batch_mean_interpolation_coefficient`).
 
         Args:
             x: inputs of shape ``(batch, ...)`` (raw inputs: see ``prepare``).
@@ -371,12 +410,12 @@ class Constraint(abc.ABC):
                 ``h(output) <= 1e-6 max(1, |h(anchor)|)`` plus the round-off
                 ``roundoff(magnitude(output))`` (run-time checks, off by default).
             average_over_batch: constrain the batch mean of ``h`` instead of each row.
-            return_coefficient: also return ``eta`` (``(batch,)``, 1 exactly where the
+            return_coefficient: also return ``t`` (``(batch,)``, 1 exactly where the
                 row is returned unchanged).
 
         Returns:
             Feasible points shaped like ``x`` (in the prepared space), and with
-            ``return_coefficient`` the pair ``(points, eta)``.
+            ``return_coefficient`` the pair ``(points, t)``.
 
         Raises:
             ValueError: eagerly, if the anchor is not strictly feasible up to
@@ -403,10 +442,10 @@ class Constraint(abc.ABC):
         checks = self.check_anchor(x0, reference, average_over_batch=average_over_batch)
         with tf.control_dependencies(checks):
             if average_over_batch:
-                eta = self.batch_mean_eta(x, x0, reference, margin)
+                coefficient = self.batch_mean_interpolation_coefficient(x, x0, reference, margin)
             else:
-                eta = self.eta(x, x0, reference, margin)
-            out = mix(x, x0, eta)
+                coefficient = self.interpolation_coefficient(x, x0, reference, margin)
+            out = mix(x, x0, coefficient)
         if validate_args:
             h_out, h_x0 = self.h(out, reference), self.h(x0, reference)
             magnitude = self.magnitude(out, reference)
@@ -419,7 +458,7 @@ class Constraint(abc.ABC):
             with tf.control_dependencies([tf.debugging.assert_less_equal(h_out, bound, message=message)]):
                 out = tf.identity(out)
         out = tf.cast(out, raw.dtype)
-        return (out, eta) if return_coefficient else out
+        return (out, coefficient) if return_coefficient else out
 
     def get_config(self) -> dict:
         return {}
@@ -499,7 +538,7 @@ class UserConstraint(Constraint):
 
 @keras.saving.register_keras_serializable(package="keras_structured")
 class Intersection(Constraint):
-    """Several constraints at once: ``h = max_i h_i`` and ``eta = min_i eta_i``.
+    """Several constraints at once: ``h = max_i h_i`` and ``t = min_i t_i``.
 
     The anchor must be strictly feasible for every constraint. By default, per batch
     row, it is the candidate with the smallest ``max_i h_i`` among the constraints' own
@@ -559,14 +598,19 @@ class Intersection(Constraint):
         batch = tf.range(tf.shape(x)[0], dtype=tf.int32)
         return tf.gather_nd(candidates, tf.stack([best, batch], axis=-1))
 
-    def eta(self, x, x0, reference=None, margin=0.0):
-        etas = [c.eta(x, x0, self._ref(c, reference), margin) for c in self.constraints]
-        return tf.reduce_min(tf.stack(etas, axis=-1), axis=-1)
+    def interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
+        coefficients = [
+            c.interpolation_coefficient(x, x0, self._ref(c, reference), margin) for c in self.constraints
+        ]
+        return tf.reduce_min(tf.stack(coefficients, axis=-1), axis=-1)
 
-    def batch_mean_eta(self, x, x0, reference=None, margin=0.0):
+    def batch_mean_interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
         """``min_i`` of the batch-mean coefficients: each constraint holds on the batch mean."""
-        etas = [c.batch_mean_eta(x, x0, self._ref(c, reference), margin) for c in self.constraints]
-        return tf.reduce_min(tf.stack(etas, axis=-1), axis=-1)
+        coefficients = [
+            c.batch_mean_interpolation_coefficient(x, x0, self._ref(c, reference), margin)
+            for c in self.constraints
+        ]
+        return tf.reduce_min(tf.stack(coefficients, axis=-1), axis=-1)
 
     def check_input_shape(self, input_shape):
         for c in self.constraints:
@@ -606,7 +650,7 @@ def project(
 ) -> tf.Tensor:
     """Projects ``x`` onto the intersection of one or several constraints.
 
-    ``eta = min_i eta_i`` over the constraints, with one anchor shared by all (see
+    ``t = min_i t_i`` over the constraints, with one anchor shared by all (see
     :class:`Intersection`).
 
     Args:
@@ -617,7 +661,7 @@ def project(
         margin: in ``[0, 1)``, see :meth:`Constraint.project`.
         validate_args: assert the output is feasible.
         average_over_batch: each constraint holds on the batch mean of its ``h``, with one
-            coefficient for the batch (see :meth:`Constraint.batch_mean_eta`).
+            coefficient for the batch (see :meth:`Constraint.batch_mean_interpolation_coefficient`).
 
     Returns:
         The projected tensor.

@@ -22,8 +22,8 @@ positive) of ``Sigma = diag(s^2)``.
   ``-log det`` is convex), and both vanish at the old distribution, so the interpolation
   projection (:mod:`keras_structured.projections.interpolate`) with the old mean / old
   covariance as anchor (``h(anchor) = -epsilon``) is feasible. The covariance is
-  interpolated as a matrix, ``S' = eta S + (1 - eta) Q`` (positive definite as a convex
-  combination), and re-factorised by Cholesky; the mean as ``m' = b + eta (m - b)``. The two
+  interpolated as a matrix, ``S' = t S + (1 - t) Q`` (positive definite as a convex
+  combination), and re-factorised by Cholesky; the mean as ``m' = b + t (m - b)``. The two
   parts are independent (``KL_mean`` only involves ``Q``), so the covariance-then-mean order
   of the paper gives the same result as any other order, and the total KL is at most
   ``epsilon_mean + epsilon_cov``.
@@ -263,17 +263,17 @@ def project_gaussian_kl(
       per state for the mean and one for the covariance;
     * ``average_over_batch=True``: ``mean_s KL_mean_s <= epsilon_mean`` and
       ``mean_s KL_cov_s <= epsilon_cov`` (the KL averaged over the batch of states, as in
-      the paper's ``E_s[KL]`` constraint), with a single ``eta`` for all means and a single
-      ``eta`` for the covariance(s); a shared covariance ``(d, d)`` stays shared.
+      the paper's ``E_s[KL]`` constraint), with a single ``t`` for all means and a single
+      ``t`` for the covariance(s); a shared covariance ``(d, d)`` stays shared.
 
     Each part is projected by interpolation with ``h = KL_part - epsilon`` and the old
-    parameters as anchor (``h(anchor) = -epsilon < 0``): ``eta = epsilon / KL_part`` where
+    parameters as anchor (``h(anchor) = -epsilon < 0``): ``t = epsilon / KL_part`` where
     violated (:func:`~keras_structured.projections.interpolate.interpolation_coefficient`),
-    first ``S' = eta S + (1 - eta) Q`` (re-factorised by Cholesky), then
-    ``m' = b + eta' (m - b)``. Convexity of ``KL_cov`` in ``S`` and of ``KL_mean`` in ``m``
+    first ``S' = t S + (1 - t) Q`` (re-factorised by Cholesky), then
+    ``m' = b + t' (m - b)``. Convexity of ``KL_cov`` in ``S`` and of ``KL_mean`` in ``m``
     (jointly over the batch for the averages) makes the result feasible; in particular
     ``KL(N(m', S') || N(b, Q)) <= epsilon_mean + epsilon_cov``. It is not the KL-closest point.
-    Feasible inputs are returned exactly, and gradients flow through ``eta``.
+    Feasible inputs are returned exactly, and gradients flow through ``t``.
 
     Args:
         mean: new means ``(batch, d)``.
@@ -286,11 +286,11 @@ def project_gaussian_kl(
             a ``(batch,)`` array or tensor (one bound per state; not with
             ``average_over_batch``). Symbolic tensors are checked when the function runs.
         epsilon_cov: bound on the covariance part, same conventions.
-        average_over_batch: constrain the batch averages with a single ``eta`` per part.
+        average_over_batch: constrain the batch averages with a single ``t`` per part.
         diagonal: whether the scales are standard deviations (``Sigma = diag(s^2)``; the
             variances are interpolated and no Cholesky is needed).
         margin: in ``[0, 1)``: the parts end below ``(1 - margin) epsilon``.
-        return_coefficients: also return ``eta_mean`` and ``eta_cov``, of shape
+        return_coefficients: also return the coefficients ``t_mean`` and ``t_cov``, of shape
             ``(batch,)`` per state and ``(1,)`` averaged (1 exactly where that part is
             returned unchanged).
 
@@ -298,7 +298,7 @@ def project_gaussian_kl(
         ``(projected_mean, projected_scale)``; the scale has the broadcast shape of
         ``scale_tril`` and ``old_scale_tril`` (with a batch axis in the per-state variant when
         either one has one). With ``return_coefficients``,
-        ``(projected_mean, projected_scale, eta_mean, eta_cov)``.
+        ``(projected_mean, projected_scale, t_mean, t_cov)``.
 
     Raises:
         ValueError: if an epsilon is known and not a finite number > 0, has a rank above
@@ -337,7 +337,7 @@ def project_gaussian_kl(
     scale = tf.broadcast_to(scale, target)
     old_scale = tf.broadcast_to(old_scale, target)
     epsilon_cov = _as_bound(epsilon_cov, dtype)
-    eta_cov = interpolation_coefficient(
+    coefficient_cov = interpolation_coefficient(
         kl_cov - epsilon_cov, -epsilon_cov * tf.ones_like(kl_cov), margin=margin
     )
     if diagonal:
@@ -345,11 +345,11 @@ def project_gaussian_kl(
     else:
         cov = tf.matmul(scale, scale, transpose_b=True)
         old_cov = tf.matmul(old_scale, old_scale, transpose_b=True)
-    # ``mix`` reshapes eta ((batch,) per state, (1,) averaged) to broadcast over the matrices.
-    new_cov = mix(cov, old_cov, eta_cov)
+    # ``mix`` reshapes the coefficient ((batch,) per state, (1,) averaged) to broadcast over the matrices.
+    new_cov = mix(cov, old_cov, coefficient_cov)
     new_scale = tf.sqrt(new_cov) if diagonal else tf.linalg.cholesky(new_cov)
-    eta_shape = tf.concat([tf.shape(eta_cov), tf.ones([tf.rank(scale) - 1], tf.int32)], 0)
-    keep = tf.broadcast_to(tf.reshape(eta_cov >= 1.0, eta_shape), tf.shape(scale))
+    coefficient_shape = tf.concat([tf.shape(coefficient_cov), tf.ones([tf.rank(scale) - 1], tf.int32)], 0)
+    keep = tf.broadcast_to(tf.reshape(coefficient_cov >= 1.0, coefficient_shape), tf.shape(scale))
     projected_scale = tf.where(keep, scale, new_scale)
 
     # Mean part (only involves the old covariance, so it is independent of the above).
@@ -357,10 +357,10 @@ def project_gaussian_kl(
     if average_over_batch:
         kl_mean = tf.reshape(tf.reduce_mean(kl_mean), [1])
     epsilon_mean = _as_bound(epsilon_mean, dtype)
-    eta_mean = interpolation_coefficient(
+    coefficient_mean = interpolation_coefficient(
         kl_mean - epsilon_mean, -epsilon_mean * tf.ones_like(kl_mean), margin=margin
     )
-    projected_mean = mix(mean, old_mean, eta_mean)
+    projected_mean = mix(mean, old_mean, coefficient_mean)
     if return_coefficients:
-        return projected_mean, projected_scale, eta_mean, eta_cov
+        return projected_mean, projected_scale, coefficient_mean, coefficient_cov
     return projected_mean, projected_scale

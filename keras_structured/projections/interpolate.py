@@ -3,15 +3,19 @@
 Given a strictly feasible anchor ``x0`` (``h(x0) < 0``), the projection is
 
     g(x) = x                         if h(x) <= 0
-    g(x) = x0 + eta (x - x0)         otherwise, eta = h(x0) / (h(x0) - h(x)),
+    g(x) = x0 + t (x - x0)           otherwise, t = h(x0) / (h(x0) - h(x)),
 
-and convexity of ``h`` gives ``h(g(x)) <= (1 - eta) h(x0) + eta h(x) = 0``. It is not
-the Euclidean projection, but it is cheap and differentiable almost everywhere, and
-gradients of ``f(g(x))`` flow through ``eta`` (they mix the gradients of ``f`` and of
-``h``), which is what lets gradient descent on ``f o g`` reach constrained optima.
+and convexity of ``h`` gives ``h(g(x)) <= (1 - t) h(x0) + t h(x) = 0``. The interpolation
+coefficient ``t`` is the paper's ``eta_x`` (``eta`` is kept for scores elsewhere in the
+library). It is not the Euclidean projection, but it is cheap and differentiable almost
+everywhere, and gradients of ``f(g(x))`` flow through ``t`` (they mix the gradients of
+``f`` and of ``h``), which is what lets gradient descent on ``f o g`` reach constrained
+optima.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import tensorflow as tf
 
@@ -19,12 +23,12 @@ from keras_structured.validation import check_number
 
 
 def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
-    """The interpolation coefficient ``eta`` in ``[0, 1]`` (1 exactly where ``x`` is kept).
+    """The interpolation coefficient ``t`` in ``[0, 1]`` (1 exactly where ``x`` is kept).
 
     With ``margin = m`` the constraint is tightened to ``h(x) <= -m |h(x0)|``, i.e.
-    ``h'(x) = h(x) - m h(x0)``, so ``eta = (1 - m) h(x0) / (h(x0) - h(x))`` where
+    ``h'(x) = h(x) - m h(x0)``, so ``t = (1 - m) h(x0) / (h(x0) - h(x))`` where
     ``h'(x) > 0`` and 1 elsewhere. Several constraints (a trailing axis of size ``k``
-    on ``h_x`` and ``h_x0``) give ``eta = min_i eta_i`` over the violated ones, which
+    on ``h_x`` and ``h_x0``) give ``t = min_i t_i`` over the violated ones, which
     is feasible for all of them since the anchor is shared.
 
     The division only happens where ``h'(x) > 0``, so its denominator is below
@@ -38,7 +42,7 @@ def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
         margin: ``m`` in ``[0, 1)``: the output is ``-m |h(x0)|``-feasible.
 
     Returns:
-        ``eta`` with shape ``(batch,)``.
+        ``t`` with shape ``(batch,)``.
 
     Example:
         >>> interpolation_coefficient([3.0, -0.5], [-1.0, -1.0]).numpy()
@@ -52,44 +56,59 @@ def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
     violated = shifted_x > 0
     denominator = tf.where(violated, shifted_x0 - shifted_x, -tf.ones_like(shifted_x))
     numerator = tf.where(violated, shifted_x0, -tf.ones_like(shifted_x))
-    eta = tf.where(violated, tf.clip_by_value(numerator / denominator, 0.0, 1.0), tf.ones_like(h_x))
-    if eta.shape.rank == 2:
-        eta = tf.reduce_min(eta, axis=-1)
-    return eta
+    coefficient = tf.where(violated, tf.clip_by_value(numerator / denominator, 0.0, 1.0), tf.ones_like(h_x))
+    if coefficient.shape.rank == 2:
+        coefficient = tf.reduce_min(coefficient, axis=-1)
+    return coefficient
 
 
-def mix(x, x0, eta) -> tf.Tensor:
-    """``x0 + eta (x - x0)`` per batch row, returning ``x`` itself (exactly) where ``eta >= 1``.
+def mix(x, x0, coefficient=None, *, eta=None) -> tf.Tensor:
+    """``x0 + t (x - x0)`` per batch row, returning ``x`` itself (exactly) where ``t >= 1``.
 
     Args:
         x: inputs of shape ``(batch, ...)``.
         x0: anchors of the same shape.
-        eta: coefficients of shape ``(batch,)``.
+        coefficient: the interpolation coefficients ``t``, shape ``(batch,)``.
+        eta: deprecated name of ``coefficient``.
 
     Returns:
         A tensor shaped like ``x``.
+
+    Raises:
+        TypeError: if neither or both of ``coefficient`` and ``eta`` are given.
 
     Example:
         >>> mix([[2.0, 0.0], [0.5, 0.5]], [[0.0, 0.0], [0.0, 0.0]], [0.5, 1.0]).numpy()
         array([[1. , 0. ],
                [0.5, 0.5]], dtype=float32)
     """
+    if eta is not None:
+        if coefficient is not None:
+            raise TypeError("mix got both coefficient and its deprecated name eta; pass coefficient only.")
+        warnings.warn(
+            "mix(..., eta=...) is deprecated; pass coefficient=... (the interpolation coefficient).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        coefficient = eta
+    if coefficient is None:
+        raise TypeError("mix() missing the argument coefficient, the interpolation coefficients.")
     x = tf.convert_to_tensor(x)
     x0 = tf.cast(tf.convert_to_tensor(x0), x.dtype)
-    eta = tf.cast(tf.convert_to_tensor(eta), x.dtype)
+    t = tf.cast(tf.convert_to_tensor(coefficient), x.dtype)
     rank = x.shape.rank
-    eta = tf.reshape(eta, tf.concat([tf.shape(eta), tf.ones([rank - 1], tf.int32)], axis=0))
-    keep = tf.broadcast_to(eta >= 1.0, tf.shape(x))
-    return tf.where(keep, x, x0 + eta * (x - x0))
+    t = tf.reshape(t, tf.concat([tf.shape(t), tf.ones([rank - 1], tf.int32)], axis=0))
+    keep = tf.broadcast_to(t >= 1.0, tf.shape(x))
+    return tf.where(keep, x, x0 + t * (x - x0))
 
 
 def interpolate(x, x0, h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
     """Interpolation projection from precomputed constraint values.
 
     Returns ``x`` where ``h(x) <= -margin |h(x0)|`` (all constraints) and
-    ``x0 + eta (x - x0)`` otherwise, with ``eta`` from :func:`interpolation_coefficient`.
+    ``x0 + t (x - x0)`` otherwise, with ``t`` from :func:`interpolation_coefficient`.
     Pass ``h_x``/``h_x0`` computed by differentiable TF code so gradients flow through
-    ``eta``. Use :meth:`Constraint.project` to also compute ``h``, the anchor and checks.
+    ``t``. Use :meth:`Constraint.project` to also compute ``h``, the anchor and checks.
 
     Args:
         x: inputs of shape ``(batch, ...)``.

@@ -10,10 +10,10 @@ from keras_structured.validation import check_number
 
 @keras.saving.register_keras_serializable(package="keras_structured")
 class InterpolationProjection(keras.layers.Layer):
-    """Maps each batch row into ``{h <= 0}``: ``x`` if feasible, else ``x0 + eta (x - x0)``.
+    """Maps each batch row into ``{h <= 0}``: ``x`` if feasible, else ``x0 + t (x - x0)``.
 
-    ``eta = h(x0) / (h(x0) - h(x))`` for a strictly feasible anchor ``x0``; the layer is
-    differentiable through ``eta``, so the network learns to use the constraint.
+    ``t = h(x0) / (h(x0) - h(x))`` for a strictly feasible anchor ``x0``; the layer is
+    differentiable through ``t``, so the network learns to use the constraint.
 
     Args:
         constraint: a ``Constraint``, or a list of them (their intersection).
@@ -21,8 +21,8 @@ class InterpolationProjection(keras.layers.Layer):
             feasible for ``margin > 0``).
         validate_args: assert ``h(output) <= 1e-6 max(1, |h(x0)|)`` at run time.
         average_over_batch: the constraint holds on the batch mean of ``h``, with one
-            coefficient for the batch (see :meth:`Constraint.batch_mean_eta`), instead of
-            on every row.
+            coefficient for the batch (see
+            :meth:`Constraint.batch_mean_interpolation_coefficient`), instead of on every row.
 
     Call arguments:
         inputs: a tensor ``(batch, ...)``, or ``[inputs, reference]`` when the

@@ -4,7 +4,7 @@ Problem: ``min_x f(x)`` subject to ``h(x) <= 0`` (``h`` convex), given a strictl
 feasible anchor ``x0`` (``h(x0) < 0``). With the interpolation projection
 
     g(x) = x                    if h(x) <= 0
-    g(x) = x0 + eta (x - x0)    otherwise, eta = h(x0) / (h(x0) - h(x)),
+    g(x) = x0 + t (x - x0)      otherwise, t = h(x0) / (h(x0) - h(x)),
 
 Algorithm 1 of "Convex Optimization with an Interpolation-based Projection and its
 Application to Deep Learning" (Akrour et al.) runs plain gradient descent on the
@@ -68,8 +68,8 @@ def _project(constraint: Constraint, x, x0, scale):
     """``(g(x), normalised h(prepare(x)))`` with the paper's convexity coefficient."""
     p, _ = constraint.prepare(x)
     h_tilde = constraint.h(p) / scale
-    eta = interpolation_coefficient(h_tilde, -tf.ones_like(h_tilde))
-    return mix(p, x0, eta), h_tilde
+    coefficient = interpolation_coefficient(h_tilde, -tf.ones_like(h_tilde))
+    return mix(p, x0, coefficient), h_tilde
 
 
 def _values(objective: Callable, points) -> tf.Tensor:
@@ -167,11 +167,11 @@ def minimize(
 
         x_{k+1} = x_k - alpha_k grad (f o g)(x_k),
         alpha_k = beta                        if h~(x_k) <= 0 (inside C),
-        alpha_k = beta (1 + h~(x_k)) = beta / eta_k   otherwise,
+        alpha_k = beta (1 + h~(x_k)) = beta / t_k     otherwise,
 
     and the output is ``(1/K) sum_k g(x_k)``. Outside ``C`` the gradient
-    ``eta_k (grad f(g_k) - (grad f(g_k) . (g_k - x0)) grad h~(x_k))`` shrinks with
-    ``eta_k``; dividing the step by ``eta_k`` makes the step of the projected point
+    ``t_k (grad f(g_k) - (grad f(g_k) . (g_k - x0)) grad h~(x_k))`` shrinks with
+    ``t_k``; dividing the step by ``t_k`` makes the step of the projected point
     independent of how far ``x_k`` has left ``C``. The spec text available here does not
     give the constants of Algorithm 1, so ``beta`` follows the standard ``O(1/sqrt(K))``
     sub-gradient schedule: ``beta = R / (L (1 + R H) sqrt(K))`` with ``L``, ``R`` and

@@ -15,13 +15,13 @@ one order, **entropy first, then KL**:
 
 Why this order: step 2 keeps what step 1 established, so both constraints hold at the
 output. Step 2 returns a convex combination of ``pi'`` and ``q`` (of the probability
-vectors; of the covariances ``S'' = eta S' + (1 - eta) Q`` for Gaussians, whose mean does
+vectors; of the covariances ``S'' = t S' + (1 - t) Q`` for Gaussians, whose mean does
 not enter the entropy), and the entropy is concave along it (``-sum p log p`` is concave
 in ``p``; ``0.5 log det S`` is concave in ``S``), so
 
-    H(pi'') >= eta H(pi') + (1 - eta) H(q) >= b    whenever H(q) >= b.
+    H(pi'') >= t H(pi') + (1 - t) H(q) >= b    whenever H(q) >= b.
 
-The same holds on batch means, where one ``eta`` moves every state. The precondition
+The same holds on batch means, where one ``t`` moves every state. The precondition
 ``H(q) >= b`` (per state, or on the batch mean) is the caller's: a bound that never
 exceeds the entropy of the data-generating policy, as a trainer's schedule ensures. The
 reverse order does not keep both: the entropy step widens the scale of a Gaussian by
@@ -69,10 +69,10 @@ def project_categorical(
     Entropy first, then KL (module docstring): with the uniform distribution ``u`` and
     ``q = old_probs``,
 
-        p'  = u + eta_H (p - u),    eta_H  = (b - log K) / (H(p) - log K)  where H(p) < b,
-        p'' = q + eta_KL (p' - q),  eta_KL = eps / KL(p' || q)              where KL(p' || q) > eps,
+        p'  = u + t_H (p - u),    t_H  = (b - log K) / (H(p) - log K)  where H(p) < b,
+        p'' = q + t_KL (p' - q),  t_KL = eps / KL(p' || q)              where KL(p' || q) > eps,
 
-    (``eta = 1`` elsewhere), the convexity coefficients of :class:`EntropyLowerBound` and
+    (``t = 1`` elsewhere), the convexity coefficients of :class:`EntropyLowerBound` and
     :class:`KLTrustRegion`. With ``average_over_batch`` the constraints are on the batch
     means, ``mean_s H(p_s) >= b`` and ``mean_s KL(p_s || q_s) <= eps``, with one
     coefficient per step. The output satisfies both when ``H(q) >= b`` (per state, or on
@@ -113,15 +113,15 @@ def project_categorical(
     inactive = tf.zeros(tf.shape(probs)[:1], tf.bool)
     entropy_active = kl_active = inactive
     if min_entropy is not None:
-        probs, eta = EntropyLowerBound(min_entropy).project(
+        probs, coefficient = EntropyLowerBound(min_entropy).project(
             probs, average_over_batch=average_over_batch, return_coefficient=True
         )
-        entropy_active = eta < 1.0
+        entropy_active = coefficient < 1.0
     if epsilon is not None:
-        probs, eta = KLTrustRegion(epsilon).project(
+        probs, coefficient = KLTrustRegion(epsilon).project(
             probs, reference=old_probs, average_over_batch=average_over_batch, return_coefficient=True
         )
-        kl_active = eta < 1.0
+        kl_active = coefficient < 1.0
     return probs, ProjectionInfo(entropy_active, kl_active)
 
 
@@ -142,15 +142,15 @@ def project_gaussian(
     Entropy first, then KL (module docstring):
 
         L'  = c L,  c = exp((min_entropy - H(L)) / d)  where H(L) < min_entropy, else 1,
-        S'' = eta_cov S' + (1 - eta_cov) Q,  m'' = b + eta_mean (m - b),
+        S'' = t_cov S' + (1 - t_cov) Q,  m'' = b + t_mean (m - b),
 
-    where ``S' = L' L'^T``, ``eta_cov = epsilon_cov / KL_cov(S')`` where ``KL_cov(S') >
-    epsilon_cov`` and ``eta_mean = epsilon_mean / KL_mean(m)`` where ``KL_mean(m) >
+    where ``S' = L' L'^T``, ``t_cov = epsilon_cov / KL_cov(S')`` where ``KL_cov(S') >
+    epsilon_cov`` and ``t_mean = epsilon_mean / KL_mean(m)`` where ``KL_mean(m) >
     epsilon_mean`` (1 elsewhere): :func:`project_gaussian_entropy` then
     :func:`project_gaussian_kl`. The output satisfies ``H >= min_entropy``,
     ``KL_mean <= epsilon_mean`` and ``KL_cov <= epsilon_cov`` (so
     ``KL(new || old) <= epsilon_mean + epsilon_cov``) whenever the old Gaussian satisfies
-    the entropy bound. Gradients flow through ``c`` and both ``eta``.
+    the entropy bound. Gradients flow through ``c``, ``t_cov`` and ``t_mean``.
 
     Args:
         mean: means ``(batch, d)``.
@@ -213,7 +213,7 @@ def project_gaussian(
         )
         entropy_active = tf.broadcast_to(c > 1.0, batch)
     if uses_kl:
-        mean, scale, eta_mean, eta_cov = project_gaussian_kl(
+        mean, scale, coefficient_mean, coefficient_cov = project_gaussian_kl(
             mean,
             scale,
             old_mean,
@@ -224,5 +224,5 @@ def project_gaussian(
             diagonal,
             return_coefficients=True,
         )
-        kl_active = tf.broadcast_to((eta_mean < 1.0) | (eta_cov < 1.0), batch)
+        kl_active = tf.broadcast_to((coefficient_mean < 1.0) | (coefficient_cov < 1.0), batch)
     return (mean, scale), ProjectionInfo(entropy_active, kl_active)

@@ -1,7 +1,7 @@
 """Polyhedral constraints ``max_i (A x - b)_i <= 0``: half-spaces, polytopes, monotone outputs.
 
 ``h`` is a maximum of affine rows ``r_i(x) = (A x - b)_i``, so the step along the segment
-from the anchor has a closed form, the boundary crossing: ``eta = min`` over the rows
+from the anchor has a closed form, the boundary crossing: ``t = min`` over the rows
 that become violated of ``-(r_i(x0) + s + rho_i) / (r_i(x) - r_i(x0))``, with
 ``s = margin |h(x0)|``. Up to ``rho_i`` it is never smaller than the generic convexity
 bound, so outputs touch the boundary.
@@ -18,6 +18,7 @@ or exactly.
 from __future__ import annotations
 
 import abc
+import warnings
 
 import keras
 import numpy as np
@@ -27,7 +28,9 @@ from keras_structured.projections.constraints import Constraint, check_array, ro
 from keras_structured.validation import check_number
 
 
-def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0) -> tf.Tensor:
+def affine_rows_interpolation_coefficient(
+    rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0
+) -> tf.Tensor:
     """Largest ``t`` in ``[0, 1]`` with ``r_i(x0 + t (x - x0)) <= -s - rho_i`` for every row,
     ``s = margin |max_i r_i(x0)|``, or 1 where ``x`` itself meets ``max_i r_i(x) <= -s``.
 
@@ -43,10 +46,10 @@ def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, 
             docstring).
 
     Returns:
-        ``eta`` of shape ``(batch,)``, exactly 1 where no row is violated.
+        ``t`` of shape ``(batch,)``, exactly 1 where no row is violated.
 
     Example:
-        >>> affine_rows_eta([[3.0, -1.0]], [[-1.0, -1.0]]).numpy()
+        >>> affine_rows_interpolation_coefficient([[3.0, -1.0]], [[-1.0, -1.0]]).numpy()
         array([0.25], dtype=float32)
     """
     margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
@@ -65,6 +68,16 @@ def affine_rows_eta(rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, 
     return tf.where(violated, tf.reduce_min(t, axis=-1), tf.ones_like(violated, rows_x.dtype))
 
 
+def affine_rows_eta(rows_x, rows_x0, margin: float = 0.0, rho=0.0) -> tf.Tensor:
+    """Deprecated: :func:`affine_rows_interpolation_coefficient`."""
+    warnings.warn(
+        "affine_rows_eta is deprecated; use affine_rows_interpolation_coefficient.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return affine_rows_interpolation_coefficient(rows_x, rows_x0, margin, rho)
+
+
 class _AffineRows(Constraint):
     @abc.abstractmethod
     def rows(self, x: tf.Tensor) -> tf.Tensor:
@@ -80,9 +93,9 @@ class _AffineRows(Constraint):
     def magnitude(self, x, reference=None):
         return tf.reduce_max(self.row_magnitudes(tf.convert_to_tensor(x)), axis=-1)
 
-    def eta(self, x, x0, reference=None, margin=0.0):
+    def interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
         rho = roundoff(self.row_magnitudes(x) + self.row_magnitudes(x0))
-        return affine_rows_eta(self.rows(x), self.rows(x0), margin, rho)
+        return affine_rows_interpolation_coefficient(self.rows(x), self.rows(x0), margin, rho)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")

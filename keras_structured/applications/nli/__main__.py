@@ -16,9 +16,19 @@ import functools
 import json
 import pathlib
 import sys
-from collections.abc import Callable
 
-# The names and defaults, repeated here so that --help answers without TensorFlow.
+from keras_structured.applications.run_commands import (
+    AT_LEAST_ONE,
+    POSITIVE,
+    add_run_options,
+    add_time_command,
+    command_parser,
+    time_command,
+    train_command,
+)
+from keras_structured.command_line import number
+
+# The names, repeated here so that --help answers without building the models.
 _ATTENTIONS = ("softmax", "sequence", "matching")
 _SPLITS = ("train", "trial", "test")
 _DEFAULT_SICK = (
@@ -26,102 +36,50 @@ _DEFAULT_SICK = (
 ).resolve()
 
 
-def _checked(kind: str, **bounds) -> Callable[[str], float | int]:
-    """The option type ``keras_structured.command_line.{kind}(**bounds)``, which refuses values
-    that cannot work when they are parsed, naming the option. It is imported then: the package
-    imports TensorFlow, which ``--help`` does without."""
-
-    def parse(text: str) -> float | int:
-        from keras_structured import command_line
-
-        return getattr(command_line, kind)(**bounds)(text)
-
-    return parse
-
-
-_AT_LEAST_ZERO, _AT_LEAST_ONE = _checked("integer", minimum=0), _checked("integer", minimum=1)
-_POSITIVE = _checked("number", minimum=0, open_minimum=True)
-
-
 def _parser() -> argparse.ArgumentParser:
-    shows_defaults = argparse.ArgumentDefaultsHelpFormatter  # in every command's --help
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_structured.applications.nli",
-        description="ESIM on SICK with softmax, sequential-SparseMAP or matching-SparseMAP attention "
+    parser, commands = command_parser(
+        "python -m keras_structured.applications.nli",
+        "ESIM on SICK with softmax, sequential-SparseMAP or matching-SparseMAP attention "
         "(the SparseMAP paper's section 5.2, Table 2 and Figure 5).",
-        formatter_class=shows_defaults,
     )
-    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
-
     train = commands.add_parser("train", help="train a model into a logdir (resumable)")
     train.add_argument("--data", default=str(_DEFAULT_SICK), help="the SICK .tsv file (not distributed here)")
-    train.add_argument("--logdir", required=True, help="run directory (must be empty unless --resume)")
     train.add_argument("--attention", default="softmax", choices=_ATTENTIONS)
-    train.add_argument("--learning-rate", type=_POSITIVE, default=2.0**-4, help="SGD's initial learning rate")
+    add_run_options(train, "trial accuracy", 2.0**-4, "SGD's initial learning rate", learning_rate_decay=0.9)
+    train.add_argument("--clipnorm", type=POSITIVE, default=5.0, help="global gradient norm clipping")
     train.add_argument(
-        "--learning-rate-decay",
-        type=_checked("number", minimum=0, maximum=1, open_minimum=True),
-        default=0.9,
-        help="factor applied after each epoch whose trial accuracy is not the best",
-    )
-    train.add_argument("--clipnorm", type=_POSITIVE, default=5.0, help="global gradient norm clipping")
-    train.add_argument("--seed", type=_AT_LEAST_ZERO, default=0)
-    train.add_argument("--epochs", type=_AT_LEAST_ONE, default=30, help="most epochs")
-    train.add_argument(
-        "--patience",
-        type=_AT_LEAST_ONE,
-        default=5,
-        help="epochs without a better trial accuracy before stopping",
-    )
-    train.add_argument(
-        "--min-epochs",
-        type=_AT_LEAST_ONE,
-        default=1,
-        help="epochs run before early stopping may stop training",
-    )
-    train.add_argument("--batch-size", type=_AT_LEAST_ONE, default=32)
-    train.add_argument(
-        "--max-train-pairs", type=_AT_LEAST_ONE, default=None, help="use the first N training pairs"
+        "--max-train-pairs", type=AT_LEAST_ONE, default=None, help="use the first N training pairs"
     )
     train.add_argument(
         "--max-trial-pairs",
-        type=_AT_LEAST_ONE,
+        type=AT_LEAST_ONE,
         default=None,
         help="measure trial accuracy on the first N trial pairs",
     )
     train.add_argument(
-        "--min-count", type=_AT_LEAST_ONE, default=2, help="least training count of a known word"
+        "--min-count", type=AT_LEAST_ONE, default=2, help="least training count of a known word"
     )
     train.add_argument(
-        "--embedding-dim", type=_AT_LEAST_ONE, default=100, help="word embedding size (learned)"
+        "--embedding-dim", type=AT_LEAST_ONE, default=100, help="word embedding size (learned)"
     )
     train.add_argument(
-        "--units", type=_AT_LEAST_ONE, default=100, help="units of the BiLSTMs (per direction) and MLPs"
+        "--units", type=AT_LEAST_ONE, default=100, help="units of the BiLSTMs (per direction) and MLPs"
     )
     train.add_argument(
-        "--dropout", type=_checked("number", minimum=0, maximum=1, open_maximum=True), default=0.5
+        "--dropout", type=number(minimum=0, maximum=1, open_maximum=True), default=0.5
     )
     train.add_argument(
         "--max-iter",
-        type=_AT_LEAST_ONE,
+        type=AT_LEAST_ONE,
         default=None,
         help="most MAP calls per SparseMAP problem (None: the library's default, 2500)",
     )
-    train.add_argument("--resume", action="store_true", help="continue the run in --logdir (same settings)")
-    train.add_argument(
-        "--time-limit",
-        type=_checked("number", minimum=0),
-        default=None,
-        help="minutes after which no new epoch starts; the run stays resumable (no final.json yet)",
-    )
-    train.add_argument("--quiet", action="store_true", help="no progress bar or per-epoch lines")
 
     evaluate = commands.add_parser("evaluate", help="accuracy and alignment sparsity of a run's best model")
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--split", default="test", choices=_SPLITS)
     evaluate.add_argument(
-        "--max-pairs", type=_AT_LEAST_ONE, default=None, help="evaluate the first N pairs of the split"
+        "--max-pairs", type=AT_LEAST_ONE, default=None, help="evaluate the first N pairs of the split"
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
@@ -140,20 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     align.add_argument("--output", default=None, help="write the matrices as JSON into this file")
 
-    time_steps = commands.add_parser(
-        "time", help="seconds per training step of several runs' checkpoints, interleaved on the same batches"
+    add_time_command(
+        commands, "seconds per training step of several runs' checkpoints, interleaved on the same batches"
     )
-    time_steps.add_argument("--logdir", action="append", required=True, help="a run (repeat for several)")
-    time_steps.add_argument("--steps", type=_AT_LEAST_ONE, default=30, help="timed steps per run")
-    time_steps.add_argument("--output", default=None, help="also write the JSON into this file")
     return parser
 
 
 def _train(args) -> None:
     from keras_structured.applications.nli.training import NLIConfig, train
-    from keras_structured.applications.training_runs import train_from_arguments
 
-    train_from_arguments(args, NLIConfig, train)
+    train_command(args, NLIConfig, train)
 
 
 def _evaluate(args) -> None:
@@ -208,9 +162,8 @@ def _align(args) -> None:
 
 def _time(args) -> None:
     from keras_structured.applications.nli.step_timing import time_training_steps
-    from keras_structured.applications.timing import report_timings
 
-    report_timings(time_training_steps(args.logdir, args.steps), args.output)
+    time_command(args, time_training_steps)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,9 +3,9 @@
 The bilinear parser of :mod:`keras_structured.applications.parsing.tracenorm` scores the arc from head
 ``i`` to dependent ``j`` of a sentence ``w`` as
 
-    f(i, j) = phi(w, i)^T A phi(w, j) + eta^T d(i, j),
+    f(i, j) = phi(w, i)^T A phi(w, j) + b^T d(i, j),
 
-with ``A`` a ``dim x dim`` matrix and ``eta`` a short vector. This module computes both
+with ``A`` a ``dim x dim`` matrix and ``b`` a short vector, the distance weights. This module computes both
 feature maps.
 
 **Token features** ``phi(w, i)``: a row of ``dim`` counts, one row per token, the root
@@ -53,8 +53,8 @@ The buckets of ``|delta|`` are ``1, 2, 3, 4, 5, 6..10, 11+`` (:data:`DISTANCE_BU
 one feature per distance where most arcs are (in the training sets of UD 2.0 English EWT
 and Vietnamese VTB, 86-87% of the arcs between words span 5 words or fewer, 94-95% span 10
 or fewer), two coarse ones for the tail. One-hot features let the parser store ``d(i, j)`` as
-one index per arc (:func:`distance_index`): the distance score is ``eta[index]`` and the
-gradient w.r.t. ``eta`` a weighted count of indices. A bias over all arcs would be useless:
+one index per arc (:func:`distance_index`): the distance score is ``b[index]`` and the
+gradient w.r.t. ``b`` a weighted count of indices. A bias over all arcs would be useless:
 every tree of a sentence has the same number of arcs.
 """
 
@@ -92,7 +92,7 @@ DEFAULT_DIM = 2**12
 DISTANCE_BUCKETS = (1, 2, 3, 4, 5, 6, 11)
 #: Two directions times the buckets, plus the root-arc feature.
 NUM_DISTANCE_FEATURES = 2 * len(DISTANCE_BUCKETS) + 1
-#: The index of the root-arc feature in ``eta``.
+#: The index of the root-arc feature in ``b``.
 ROOT_FEATURE = NUM_DISTANCE_FEATURES - 1
 #: The word and the tag of the root token.
 ROOT_TOKEN = "<ROOT>"

@@ -4,36 +4,38 @@ r"""A trace-norm bilinear dependency parser, trained by Hazan's algorithm (Frank
 0 the root; :mod:`~keras_structured.applications.parsing.bilinear_features`) and the arc ``i -> j``
 (head ``i``, dependent ``j``) the score
 
-    S[i, j] = phi(w, i)^T A phi(w, j) + eta^T d(i, j),   i.e.   S = Phi A Phi^T + eta[D],
+    S[i, j] = phi(w, i)^T A phi(w, j) + b^T d(i, j),   i.e.   S = Phi A Phi^T + b[D],
 
-where ``D[i, j]`` is the index of the one distance feature of the arc. ``A`` is stored as a
+where ``D[i, j]`` is the index of the one distance feature of the arc and ``b`` the
+distance weights (``distance_weights`` in the code; the notes this parser follows write
+them ``eta``, a name the library keeps for the scores of SparseMAP). ``A`` is stored as a
 list of rank-one factors ``A = sum_k c_k u_k v_k^T`` (``c_k > 0``), so the scores are
-``(Phi U) diag(c) (Phi V)^T + eta[D]`` and the ``d x d`` matrix is never formed.
+``(Phi U) diag(c) (Phi V)^T + b[D]`` and the ``d x d`` matrix is never formed.
 
 **Problem.** Over ``m`` training sentences with gold arc indicators ``Y_s``
 (``Y[h, j] = 1`` for every gold arc ``h -> j``),
 
-    min_{A, eta}  F(A, eta) = (1/m) sum_s loss(S_s(A, eta), Y_s)
-    s.t.          ||A||_* + lam ||eta||_2 <= C,
+    min_{A, b}  F(A, b) = (1/m) sum_s loss(S_s(A, b), Y_s)
+    s.t.        ||A||_* + lam ||b||_2 <= C,
 
 the mean of the losses (the sum divided by ``m``: same minimiser, and a minibatch's mean
 estimates it without bias). The losses are the SparseMAP loss (``u* = SparseMAP(S)`` from
 :func:`keras_structured.engine.solve`, gradient ``u* - Y``) and the structured hinge with
 a Hamming cost (``T_hat`` the best cost-augmented tree from
 :func:`~keras_structured.engine.dependency_tree.best_trees`, subgradient ``T_hat - Y``).
-Both are convex in ``S``, hence in ``(A, eta)``; the SparseMAP loss is smooth (its
+Both are convex in ``S``, hence in ``(A, b)``; the SparseMAP loss is smooth (its
 gradient ``u* - Y`` is 1-Lipschitz in ``S``), the hinge is not.
 
 **Frank-Wolfe (Hazan).** The feasible set is the ball of radius ``C`` of the norm
-``N(A, eta) = ||A||_* + lam ||eta||``, whose dual norm is
+``N(A, b) = ||A||_* + lam ||b||``, whose dual norm is
 ``N*(G, g) = max(sigma_max(G), ||g|| / lam)``. The linear step returns a vertex of the
 ball: a rank-one atom ``(-C u_1 v_1^T, 0)`` from the top singular pair of ``grad_A``, or an
-``eta`` atom. A step moves to ``x + gamma (s - x)`` (``gamma = 2 / (k + 2)`` or a line
+``b`` atom. A step moves to ``x + gamma (s - x)`` (``gamma = 2 / (k + 2)`` or a line
 search; a minibatch variant exists), so every iterate is feasible and ``A`` has at most
 ``k`` factors after ``k`` steps; the Frank-Wolfe gap
 ``<x - s, grad F(x)> >= F(x) - min F`` certifies each iterate. The baseline
 :class:`BilinearModel` holds a dense ``A`` trained by :func:`train_frobenius`
-(``min F + mu (||A||_F^2 + ||eta||^2)`` by Adam).
+(``min F + mu (||A||_F^2 + ||b||^2)`` by Adam).
 
 Submodules:
 

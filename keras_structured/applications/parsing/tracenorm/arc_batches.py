@@ -100,7 +100,7 @@ def arc_scores(model: Model, batch: ArcBatch) -> list[np.ndarray]:
     result = []
     for chunk in batch.chunks:
         left, right = model.token_factors(batch.phi[chunk.token_start : chunk.token_stop])
-        scores = model.eta[chunk.index]
+        scores = model.distance_weights[chunk.index]
         for b in range(chunk.stop - chunk.start):
             lo = batch.offsets[chunk.start + b] - chunk.token_start
             n1 = chunk.lengths[b] + 1

@@ -1,7 +1,10 @@
 """Checkpoints of a :class:`~keras_structured.applications.parsing.tracenorm.models.TraceNormModel` run.
 
-One ``.npz`` file holds the model's factors and ``eta``, the step, the per-step history and
-the run's settings; it is written whole (:func:`keras_structured.run_directory.save_file`).
+One ``.npz`` file holds the model's factors and distance weights ``b``, the step, the
+per-step history and the run's settings; it is written whole
+(:func:`keras_structured.run_directory.save_file`). Checkpoints written before the distance
+weights were renamed hold them under ``eta`` (and ``"eta"`` atoms in their history);
+:func:`load_checkpoint` reads both.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from keras_structured.run_directory import save_file
 
 #: The file name of a trainer's checkpoint in its ``logdir``.
 CHECKPOINT_NAME = "checkpoint.npz"
+#: The arrays of :meth:`TraceNormModel.state`, and ``eta``, the distance weights of older checkpoints.
+_STATE_KEYS = ("weights", "left", "right", "distance_weights", "eta")
+#: The atom kind of the distance weights in the history of older checkpoints (``"b"`` now).
+_OLD_DISTANCE_ATOM = "eta"
 
 
 def save_checkpoint(
@@ -24,7 +31,7 @@ def save_checkpoint(
 ) -> None:
     """Write the model, the step, the history and the config to an ``.npz`` file, whole.
 
-    Arrays ``weights, left, right, eta``; ``step``; ``history`` and ``config`` as JSON
+    Arrays ``weights, left, right, distance_weights``; ``step``; ``history`` and ``config`` as JSON
     strings. The file is written to a new temporary file beside ``path`` and renamed over
     it, so a crash never leaves a half-written checkpoint, and a symlink is never followed.
 
@@ -60,7 +67,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[TraceNormModel, int, list[dict], dict | None]:
-    """Read a checkpoint of :func:`save_checkpoint`.
+    """Read a checkpoint of :func:`save_checkpoint`, or an older one (module docstring).
 
     Args:
         path: the ``.npz`` file.
@@ -75,5 +82,13 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[TraceNormModel, int, list[
     if not path.is_file():
         raise FileNotFoundError(f"Checkpoint not found. Received: path='{path}'")
     with np.load(path) as data:
-        model = TraceNormModel.from_state({key: data[key] for key in ("weights", "left", "right", "eta")})
-        return model, int(data["step"]), json.loads(str(data["history"])), json.loads(str(data["config"]))
+        model = TraceNormModel.from_state({key: data[key] for key in data.files if key in _STATE_KEYS})
+        step, history, config = (
+            int(data["step"]),
+            json.loads(str(data["history"])),
+            json.loads(str(data["config"])),
+        )
+    for record in history:
+        if record.get("atom") == _OLD_DISTANCE_ATOM:
+            record["atom"] = "b"
+    return model, step, history, config

@@ -33,7 +33,7 @@ def parse(model: Model, sentences: Sequence[SentenceFeatures], chunk_size: int =
         >>> from keras_structured.applications.parsing.conllu_reader import Sentence
         >>> s = Sentence(("Dogs", "bark"), ("NOUN", "VERB"), np.array([-1, 2, 0]), ("nsubj", "root"))
         >>> model = TraceNormModel(dim=8)
-        >>> model.eta[0] = 1.0  # favour a head just before its dependent
+        >>> model.distance_weights[0] = 1.0  # favour a head just before its dependent
         >>> parse(model, featurize([s], dim=8))[0].tolist()
         [-1, 0, 1]
     """

@@ -1,4 +1,4 @@
-"""The dense baseline: ``min F(A, eta) + mu (||A||_F^2 + ||eta||^2)`` by Adam.
+"""The dense baseline: ``min F(A, b) + mu (||A||_F^2 + ||b||^2)`` by Adam.
 
 :func:`train_frobenius` trains a
 :class:`~keras_structured.applications.parsing.tracenorm.models.BilinearModel` (``d^2 + 15``
@@ -28,7 +28,7 @@ from keras_structured.validation import check_integer, check_number, check_one_o
 
 @dataclasses.dataclass(frozen=True)
 class FrobeniusConfig:
-    """Settings of the baseline ``min F(A, eta) + mu (||A||_F^2 + ||eta||^2)`` by Adam.
+    """Settings of the baseline ``min F(A, b) + mu (||A||_F^2 + ||b||^2)`` by Adam.
 
     Attributes:
         mu: the penalty weight, a number >= 0.
@@ -67,7 +67,7 @@ def train_frobenius(
 ) -> tuple[BilinearModel, list[dict]]:
     """The baseline: a dense ``A`` (``d^2`` parameters) trained by Adam in numpy.
 
-    Minimises ``F(A, eta) + mu (||A||_F^2 + ||eta||_2^2)`` from ``A = 0, eta = 0``. The
+    Minimises ``F(A, b) + mu (||A||_F^2 + ||b||_2^2)`` from ``A = 0, b = 0``. The
     gradient w.r.t. ``A`` is formed as a dense ``d x d`` array: fine for ``d`` up to a few
     thousand (``d = 2**12`` takes 128 MiB per copy, and Adam keeps three).
 
@@ -99,8 +99,8 @@ def train_frobenius(
     train = list(train)
     full = ArcBatch(train)
     model = BilinearModel(np.zeros((full.dim, full.dim)))
-    moments = [np.zeros_like(model.matrix), np.zeros_like(model.eta)]
-    squares = [np.zeros_like(model.matrix), np.zeros_like(model.eta)]
+    moments = [np.zeros_like(model.matrix), np.zeros_like(model.distance_weights)]
+    squares = [np.zeros_like(model.matrix), np.zeros_like(model.distance_weights)]
     history, elapsed = [], 0.0
     for k in range(config.steps):
         started = time.perf_counter()
@@ -111,7 +111,7 @@ def train_frobenius(
                 [train[i] for i in np.sort(rng.choice(len(train), config.batch_size, replace=False))]
             )
         scores = arc_scores(model, batch)
-        penalty = config.mu * (np.sum(model.matrix**2) + np.sum(model.eta**2))
+        penalty = config.mu * (np.sum(model.matrix**2) + np.sum(model.distance_weights**2))
         value = objective_value = float("nan")
         if all(np.isfinite(s).all() for s in scores):
             losses, residuals = example_losses(batch, scores, config.loss)
@@ -121,8 +121,10 @@ def train_frobenius(
         if not math.isfinite(objective_value):
             _diverged(f"The objective is not finite at step {k + 1}", f"objective={objective_value}")
         grad_matrix = (batch.phi.T @ result.residual @ batch.phi).toarray() + 2 * config.mu * model.matrix
-        grads = [grad_matrix, result.grad_eta + 2 * config.mu * model.eta]
-        for params, grad, m, v in zip((model.matrix, model.eta), grads, moments, squares, strict=True):
+        grads = [grad_matrix, result.grad_distance_weights + 2 * config.mu * model.distance_weights]
+        for params, grad, m, v in zip(
+            (model.matrix, model.distance_weights), grads, moments, squares, strict=True
+        ):
             m *= config.beta1
             m += (1 - config.beta1) * grad
             v *= config.beta2
@@ -130,7 +132,7 @@ def train_frobenius(
             m_hat = m / (1 - config.beta1 ** (k + 1))
             v_hat = v / (1 - config.beta2 ** (k + 1))
             params -= config.learning_rate * m_hat / (np.sqrt(v_hat) + config.epsilon)
-        bad = count_non_finite(model.matrix, model.eta)
+        bad = count_non_finite(model.matrix, model.distance_weights)
         if bad:
             _diverged(f"The weights are not finite after step {k + 1}", f"non_finite_values={bad}")
         elapsed += time.perf_counter() - started

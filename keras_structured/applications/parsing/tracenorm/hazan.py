@@ -1,9 +1,9 @@
 r"""Hazan's algorithm (Frank-Wolfe) on the trace-norm ball, with logs and checkpoints.
 
-A step from ``x = (A, eta)`` takes the linear step ``s``
+A step from ``x = (A, b)`` takes the linear step ``s``
 (:func:`~keras_structured.applications.parsing.tracenorm.linear_step.linear_minimizer`) and moves to
-``x + gamma (s - x)``: the weights ``c`` and ``eta`` shrink by ``1 - gamma`` and the atom
-joins with weight ``gamma C``, so ``sum_k c_k + lam ||eta|| <= C`` stays true by induction
+``x + gamma (s - x)``: the weights ``c`` and ``b`` shrink by ``1 - gamma`` and the atom
+joins with weight ``gamma C``, so ``sum_k c_k + lam ||b|| <= C`` stays true by induction
 (``sum_k c_k`` bounds ``||A||_*``), and ``A`` has at most ``k`` factors after ``k`` steps.
 The Frank-Wolfe gap
 
@@ -84,7 +84,7 @@ def _atom_scores(atom: Atom, C: float, batch: ArcBatch) -> list[np.ndarray]:
         head, dependent = C * (batch.phi @ atom.left), batch.phi @ atom.right
     result = []
     for chunk in batch.chunks:
-        scores = atom.eta[chunk.index]
+        scores = atom.distance_weights[chunk.index]
         if atom.kind == "A":
             for b in range(chunk.stop - chunk.start):
                 lo, n1 = batch.offsets[chunk.start + b], chunk.lengths[b] + 1
@@ -155,8 +155,8 @@ class HazanConfig:
     """The settings of a Frank-Wolfe (Hazan) run.
 
     Attributes:
-        C: the radius of the ball ``||A||_* + lam ||eta||_2 <= C``, a number > 0.
-        lam: the weight ``lam`` of ``||eta||_2`` in the ball, a number > 0.
+        C: the radius of the ball ``||A||_* + lam ||b||_2 <= C``, a number > 0.
+        lam: the weight ``lam`` of ``||b||_2`` in the ball, a number > 0.
         steps: the number of Frank-Wolfe steps, an integer >= 0.
         loss: ``"sparsemap"`` or ``"hinge"``.
         step_rule: ``"standard"`` (``2 / (k + 2)``) or ``"line_search"`` (full batch only).
@@ -221,8 +221,8 @@ class HazanTrainer:
     linear step ``s``, the gap ``<x_k - s, grad F>``, a step size, and moves to
     ``x_{k+1}``. Its record, appended to :attr:`history`, holds ``step`` (``k + 1``),
     ``objective`` and ``gap`` (of ``x_k``, the point the gradient was taken at),
-    ``rank`` (factors of ``x_{k+1}``), ``step_size``, ``atom`` (``"A"``/``"eta"``),
-    ``dual_norm``, ``norm_bound`` (``sum c + lam ||eta||`` of ``x_{k+1}``, at most ``C``),
+    ``rank`` (factors of ``x_{k+1}``), ``step_size``, ``atom`` (``"A"``/``"b"``),
+    ``dual_norm``, ``norm_bound`` (``sum c + lam ||b||`` of ``x_{k+1}``, at most ``C``),
     ``time`` (seconds of steps so far, resumed runs included) and, every ``eval_every``
     steps, ``dev_uas``.
 
@@ -357,14 +357,20 @@ class HazanTrainer:
         if not math.isfinite(result.objective):
             self._diverged(f"The objective is not finite at step {k + 1}", f"objective={result.objective}")
         atom = linear_minimizer(
-            result.grad_A, result.grad_eta, config.C, config.lam, config.svd, config.svd_tol, config.seed
+            result.grad_A,
+            result.grad_distance_weights,
+            config.C,
+            config.lam,
+            config.svd,
+            config.svd_tol,
+            config.seed,
         )
         gap = result.inner + config.C * atom.dual_norm
         gamma, evals = self._step_size(k, batch, scores, atom, gap)
         self.model.scale(1.0 - gamma)
         if atom.kind == "A" and gamma > 0:
             self.model.add_factor(gamma * config.C, atom.left, atom.right)
-        self.model.eta += gamma * atom.eta
+        self.model.distance_weights += gamma * atom.distance_weights
         self.step_count = k + 1
         self._check_weights()
         if config.compress_every and self.step_count % config.compress_every == 0:
@@ -434,7 +440,7 @@ class HazanTrainer:
     def _check_weights(self) -> None:
         """Raise a :class:`DivergenceError` when the iterate holds a NaN or infinite value."""
         model = self.model
-        bad = count_non_finite(model.weights, model.left, model.right, model.eta)
+        bad = count_non_finite(model.weights, model.left, model.right, model.distance_weights)
         if bad:
             self._diverged(
                 f"The weights are not finite after step {self.step_count}", f"non_finite_values={bad}"
@@ -498,7 +504,7 @@ def train_tracenorm(
     progress: bool = False,
     **settings,
 ) -> tuple[TraceNormModel, list[dict]]:
-    """Train the trace-norm parser: ``min F(A, eta)`` s.t. ``||A||_* + lam ||eta||_2 <= C``.
+    """Train the trace-norm parser: ``min F(A, b)`` s.t. ``||A||_* + lam ||b||_2 <= C``.
 
     A function over :class:`HazanTrainer`.
 

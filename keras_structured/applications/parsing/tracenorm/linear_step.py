@@ -1,11 +1,11 @@
-r"""Frank-Wolfe's linear step over the ball ``||A||_* + lam ||eta||_2 <= C``.
+r"""Frank-Wolfe's linear step over the ball ``||A||_* + lam ||b||_2 <= C``.
 
-The feasible set is the ball of radius ``C`` of the norm ``N(A, eta) = ||A||_* + lam
-||eta||``, whose dual norm is ``N*(G, g) = max(sigma_max(G), ||g|| / lam)``. The linear
+The feasible set is the ball of radius ``C`` of the norm ``N(A, b) = ||A||_* + lam
+||b||``, whose dual norm is ``N*(G, g) = max(sigma_max(G), ||g|| / lam)``. The linear
 minimisation ``s = argmin_{N(s) <= C} <s, grad F(x)>`` (:func:`linear_minimizer`) therefore
 returns a vertex (an :class:`Atom`): the rank-one atom ``(-C u_1 v_1^T, 0)`` from the top
-singular pair of ``grad_A`` when ``sigma_max(grad_A) >= ||grad_eta|| / lam``, else ``(0,
--(C/lam) grad_eta / ||grad_eta||)``, and ``<s, grad F> = -C N*(grad F)``, which gives the
+singular pair of ``grad_A`` when ``sigma_max(grad_A) >= ||grad_b|| / lam``, else ``(0,
+-(C/lam) grad_b / ||grad_b||)``, and ``<s, grad F> = -C N*(grad F)``, which gives the
 Frank-Wolfe (duality) gap ``<x, grad F(x)> + C N*(grad F(x))``.
 
 **Top singular pair** (:func:`top_singular_triplet`): ``"dense"`` forms ``grad_A``
@@ -77,45 +77,47 @@ def top_singular_triplet(
 
 @dataclasses.dataclass(frozen=True)
 class Atom:
-    """A vertex ``s = argmin_{||A||_* + lam ||eta|| <= C} <s, grad F>`` of the ball.
+    """A vertex ``s = argmin_{||A||_* + lam ||b|| <= C} <s, grad F>`` of the ball.
 
     Attributes:
-        kind: ``"A"`` for ``s = (C * left right^T, 0)``, ``"eta"`` for ``s = (0, eta)``.
+        kind: ``"A"`` for ``s = (C * left right^T, 0)``, ``"b"`` for ``s = (0, b)``
+            (``"eta"`` in the history of checkpoints written before the rename).
         left: ``(d,)`` unit vector (``-u_1``), or None.
         right: ``(d,)`` unit vector (``v_1``), or None.
-        eta: ``(15,)`` the ``eta`` part of ``s`` (zeros for an ``"A"`` atom).
+        distance_weights: ``(15,)`` the ``b`` part of ``s`` (zeros for an ``"A"`` atom).
         sigma: ``sigma_max(grad_A)``.
-        dual_norm: ``max(sigma_max(grad_A), ||grad_eta|| / lam)``; ``<s, grad F> = -C dual_norm``.
+        dual_norm: ``max(sigma_max(grad_A), ||grad_b|| / lam)``; ``<s, grad F> = -C dual_norm``.
     """
 
     kind: str
     left: np.ndarray | None
     right: np.ndarray | None
-    eta: np.ndarray
+    distance_weights: np.ndarray
     sigma: float
     dual_norm: float
 
 
 def linear_minimizer(
     grad_A: LinearOperator | np.ndarray,
-    grad_eta: np.ndarray,
+    grad_distance_weights: np.ndarray,
     C: float,
     lam: float,
     svd: str = "auto",
     svd_tol: float = 1e-6,
     seed: int = 0,
 ) -> Atom:
-    """Frank-Wolfe's linear step: ``argmin <s, grad>`` over ``||A||_* + lam ||eta||_2 <= C``.
+    """Frank-Wolfe's linear step: ``argmin <s, grad>`` over ``||A||_* + lam ||b||_2 <= C``.
 
-    The minimum is ``-C max(sigma_max(grad_A), ||grad_eta|| / lam)`` (the dual norm), at
-    ``(-C u_1 v_1^T, 0)`` or ``(0, -(C / lam) grad_eta / ||grad_eta||)``, whichever
+    The minimum is ``-C max(sigma_max(grad_A), ||grad_b|| / lam)`` (the dual norm), at
+    ``(-C u_1 v_1^T, 0)`` or ``(0, -(C / lam) grad_b / ||grad_b||)``, whichever
     term is larger (``A`` on ties).
 
     Args:
         grad_A: ``(d, d)`` the gradient w.r.t. ``A`` (operator or array).
-        grad_eta: ``(15,)`` the gradient w.r.t. ``eta``.
+        grad_distance_weights: ``(15,)`` the gradient ``grad_b`` w.r.t. the distance weights
+            ``b`` (the deprecated keyword ``grad_eta=`` is still accepted).
         C: the radius, a number > 0.
-        lam: the weight of ``||eta||``, a number > 0.
+        lam: the weight of ``||b||``, a number > 0.
         svd: ``"auto"``, ``"dense"`` or ``"svds"`` (see :func:`top_singular_triplet`).
         svd_tol: ARPACK's relative tolerance.
         seed: seeds ARPACK's start vector.
@@ -134,7 +136,7 @@ def linear_minimizer(
     C = check_number("C", C, minimum=0.0, open_minimum=True)
     lam = check_number("lam", lam, minimum=0.0, open_minimum=True)
     sigma, u, v = top_singular_triplet(grad_A, svd, svd_tol, seed)
-    eta_norm = float(np.linalg.norm(grad_eta))
-    if sigma >= eta_norm / lam:
-        return Atom("A", -u, v, np.zeros_like(grad_eta), sigma, sigma)
-    return Atom("eta", None, None, -(C / lam) * grad_eta / eta_norm, sigma, eta_norm / lam)
+    norm = float(np.linalg.norm(grad_distance_weights))
+    if sigma >= norm / lam:
+        return Atom("A", -u, v, np.zeros_like(grad_distance_weights), sigma, sigma)
+    return Atom("b", None, None, -(C / lam) * grad_distance_weights / norm, sigma, norm / lam)

@@ -1,9 +1,9 @@
 r"""The two arc scorers: the factored trace-norm model and the dense baseline.
 
-Both score the arc ``i -> j`` of a sentence as ``S = Phi A Phi^T + eta[D]`` (see
+Both score the arc ``i -> j`` of a sentence as ``S = Phi A Phi^T + b[D]`` (see
 :mod:`keras_structured.applications.parsing.tracenorm`). :class:`TraceNormModel` stores ``A`` as a list
 of rank-one factors ``A = sum_k c_k u_k v_k^T`` (``c_k > 0``), so the scores are
-``(Phi U) diag(c) (Phi V)^T + eta[D]`` and the ``d x d`` matrix is never formed;
+``(Phi U) diag(c) (Phi V)^T + b[D]`` and the ``d x d`` matrix is never formed;
 :meth:`TraceNormModel.compress` merges the factors by a thin SVD of ``A``.
 
 **Storage.** After ``k`` steps the model stores ``k (2 d + 1) + 15`` numbers
@@ -15,7 +15,7 @@ that is 268 million numbers (2 GiB) for the dense ``A``, 3.3 million for 100 fac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,9 +25,9 @@ from keras_structured.validation import check_integer, check_number
 
 
 class TraceNormModel:
-    """The bilinear parser ``S = Phi A Phi^T + eta[D]`` with ``A = sum_k c_k u_k v_k^T``.
+    """The bilinear parser ``S = Phi A Phi^T + b[D]`` with ``A = sum_k c_k u_k v_k^T``.
 
-    Starts at ``A = 0, eta = 0``. The factors are stored as rows of two ``(rank, d)``
+    Starts at ``A = 0, b = 0``. The factors are stored as rows of two ``(rank, d)``
     arrays (``u_k`` scores the head, ``v_k`` the dependent): ``O(rank d)`` memory.
 
     Args:
@@ -45,7 +45,7 @@ class TraceNormModel:
 
     def __init__(self, dim: int) -> None:
         self.dim = check_integer("dim", dim, minimum=1)
-        self.eta = np.zeros(NUM_DISTANCE_FEATURES)
+        self.distance_weights = np.zeros(NUM_DISTANCE_FEATURES)
         self._weights = np.zeros(0)
         self._left = np.zeros((0, self.dim))
         self._right = np.zeros((0, self.dim))
@@ -73,12 +73,12 @@ class TraceNormModel:
 
     @property
     def num_parameters(self) -> int:
-        """The numbers stored: ``rank (2 d + 1) + len(eta)``."""
-        return self._rank * (2 * self.dim + 1) + self.eta.size
+        """The numbers stored: ``rank (2 d + 1) + len(b)``."""
+        return self._rank * (2 * self.dim + 1) + self.distance_weights.size
 
     def norm_bound(self, lam: float) -> float:
-        """``sum_k c_k + lam ||eta||``, an upper bound on ``||A||_* + lam ||eta||``."""
-        return float(self.weights.sum() + lam * np.linalg.norm(self.eta))
+        """``sum_k c_k + lam ||b||``, an upper bound on ``||A||_* + lam ||b||``."""
+        return float(self.weights.sum() + lam * np.linalg.norm(self.distance_weights))
 
     def add_factor(self, weight: float, left: np.ndarray, right: np.ndarray) -> None:
         """Add ``weight * left right^T`` to ``A`` (amortised O(d): the storage doubles)."""
@@ -95,9 +95,9 @@ class TraceNormModel:
         self._rank += 1
 
     def scale(self, factor: float) -> None:
-        """Multiply ``A`` and ``eta`` by ``factor`` (``0`` drops every factor)."""
+        """Multiply ``A`` and ``b`` by ``factor`` (``0`` drops every factor)."""
         self._weights[: self._rank] *= factor
-        self.eta *= factor
+        self.distance_weights *= factor
         if factor == 0:
             self._rank = 0
 
@@ -115,7 +115,7 @@ class TraceNormModel:
         """An independent copy."""
         model = TraceNormModel(self.dim)
         model.set_factors(self.weights, self.left, self.right)
-        model.eta = self.eta.copy()
+        model.distance_weights = self.distance_weights.copy()
         return model
 
     def compress(self, rtol: float = 1e-12) -> TraceNormModel:
@@ -171,15 +171,16 @@ class TraceNormModel:
             "weights": self.weights.copy(),
             "left": self.left.copy(),
             "right": self.right.copy(),
-            "eta": self.eta.copy(),
+            "distance_weights": self.distance_weights.copy(),
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, np.ndarray]) -> TraceNormModel:
-        """The model of :meth:`state`."""
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> TraceNormModel:
+        """The model of :meth:`state` (also an older state, whose distance weights are under ``"eta"``)."""
         model = cls(int(np.shape(state["left"])[1]))
         model.set_factors(state["weights"], state["left"], state["right"])
-        model.eta = np.array(state["eta"], dtype=np.float64)
+        key = "distance_weights" if "distance_weights" in state else "eta"
+        model.distance_weights = np.array(state[key], dtype=np.float64)
         return model
 
 
@@ -188,26 +189,32 @@ class BilinearModel:
 
     Args:
         matrix: ``(d, d)`` the matrix ``A``.
-        eta: ``(15,)`` the distance weights (default zeros).
+        distance_weights: ``(15,)`` the distance weights ``b`` (default zeros; the
+            deprecated keyword ``eta=`` is still accepted).
 
     Raises:
-        ValueError: for a matrix that is not square and non-empty, or a wrong ``eta`` shape.
+        ValueError: for a matrix that is not square and non-empty, or a wrong ``distance_weights`` shape.
 
     Example:
         >>> BilinearModel(np.eye(4)).num_parameters
         31
     """
 
-    def __init__(self, matrix: np.ndarray, eta: np.ndarray | None = None) -> None:
+    def __init__(self, matrix: np.ndarray, distance_weights: np.ndarray | None = None) -> None:
         self.matrix = np.array(matrix, dtype=np.float64)
         if self.matrix.ndim != 2 or self.matrix.shape[0] != self.matrix.shape[1] or self.matrix.size == 0:
             raise ValueError(
                 f"matrix must be a non-empty square (d, d) array. Received: shape={self.matrix.shape}"
             )
-        self.eta = np.zeros(NUM_DISTANCE_FEATURES) if eta is None else np.array(eta, dtype=np.float64)
-        if self.eta.shape != (NUM_DISTANCE_FEATURES,):
+        self.distance_weights = (
+            np.zeros(NUM_DISTANCE_FEATURES)
+            if distance_weights is None
+            else np.array(distance_weights, dtype=np.float64)
+        )
+        if self.distance_weights.shape != (NUM_DISTANCE_FEATURES,):
             raise ValueError(
-                f"eta must have shape ({NUM_DISTANCE_FEATURES},). Received: eta.shape={self.eta.shape}"
+                f"distance_weights must have shape ({NUM_DISTANCE_FEATURES},). "
+                f"Received: distance_weights.shape={self.distance_weights.shape}"
             )
 
     @property
@@ -217,8 +224,8 @@ class BilinearModel:
 
     @property
     def num_parameters(self) -> int:
-        """``d^2 + len(eta)``."""
-        return self.matrix.size + self.eta.size
+        """``d^2 + len(b)``."""
+        return self.matrix.size + self.distance_weights.size
 
     def dense_matrix(self) -> np.ndarray:
         """``A``."""
@@ -248,7 +255,7 @@ def _sentence_scores(model: Model, features: SentenceFeatures) -> np.ndarray:
     _check_dims(model, [features])
     left, right = model.token_factors(features.phi)
     index = features.distance
-    scores = bilinear_block(left, right) + model.eta[index]
+    scores = bilinear_block(left, right) + model.distance_weights[index]
     scores[index < 0] = 0.0
     return scores
 

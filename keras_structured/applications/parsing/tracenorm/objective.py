@@ -1,4 +1,4 @@
-r"""The objective ``F(A, eta)``, the mean loss over the sentences, and its gradient.
+r"""The objective ``F(A, b)``, the mean loss over the sentences, and its gradient.
 
 With ``M`` the arborescence polytope and ``Y`` the gold arc indicators, the losses
 (:data:`LOSSES`) are
@@ -12,7 +12,7 @@ With ``M`` the arborescence polytope and ``Y`` the gold arc indicators, the loss
 
 With ``R_s`` the gradient w.r.t. ``S_s``,
 
-    grad_A F = (1/m) sum_s Phi_s^T R_s Phi_s,     grad_eta F = (1/m) sum_s sum_{i,j} R_s[i,j] e_{D_s[i,j]},
+    grad_A F = (1/m) sum_s Phi_s^T R_s Phi_s,     grad_b F = (1/m) sum_s sum_{i,j} R_s[i,j] e_{D_s[i,j]},
 
 the first a :class:`~scipy.sparse.linalg.LinearOperator` (:func:`gradient_operator`),
 never formed.
@@ -125,15 +125,15 @@ class LossGradient:
         objective: ``F``, the mean loss over the sentences.
         losses: ``(m,)`` the losses, in the order of the sentences given.
         grad_A: ``grad_A F`` as a ``(d, d)`` :class:`~scipy.sparse.linalg.LinearOperator`.
-        grad_eta: ``(15,)`` ``grad_eta F``.
-        inner: ``<x, grad F>`` with ``x = (A, eta)`` the model.
+        grad_distance_weights: ``(15,)`` ``grad_b F``, w.r.t. the distance weights ``b``.
+        inner: ``<x, grad F>`` with ``x = (A, b)`` the model.
         residual: ``(T, T)`` block-diagonal sparse ``R / m`` (token order of the batch).
     """
 
     objective: float
     losses: np.ndarray
     grad_A: LinearOperator
-    grad_eta: np.ndarray
+    grad_distance_weights: np.ndarray
     inner: float
     residual: sp.csr_matrix
 
@@ -143,7 +143,7 @@ def objective_gradient(
 ):
     scale = 1.0 / len(batch)
     rows, columns, values = [], [], []
-    grad_eta = np.zeros(NUM_DISTANCE_FEATURES)
+    grad_distance_weights = np.zeros(NUM_DISTANCE_FEATURES)
     inner = 0.0
     for chunk, s, r in zip(batch.chunks, scores, residuals, strict=True):
         b, i, j = np.nonzero(r)
@@ -151,7 +151,9 @@ def objective_gradient(
         rows.append(base + i)
         columns.append(base + j)
         values.append(r[b, i, j])
-        grad_eta += np.bincount(chunk.index[b, i, j], weights=r[b, i, j], minlength=NUM_DISTANCE_FEATURES)
+        grad_distance_weights += np.bincount(
+            chunk.index[b, i, j], weights=r[b, i, j], minlength=NUM_DISTANCE_FEATURES
+        )
         inner += float(np.einsum("bij,bij->", s, r))
     tokens = batch.phi.shape[0]
     residual = sp.csr_matrix(
@@ -164,7 +166,7 @@ def objective_gradient(
         objective=float(losses.mean()),
         losses=unsorted,
         grad_A=gradient_operator(batch.phi, residual),
-        grad_eta=scale * grad_eta,
+        grad_distance_weights=scale * grad_distance_weights,
         inner=scale * inner,
         residual=residual,
     )
@@ -173,7 +175,7 @@ def objective_gradient(
 def loss_and_gradient(
     model: Model, data: ArcBatch | Sequence[SentenceFeatures], loss: str = "sparsemap"
 ) -> LossGradient:
-    """The objective ``F(A, eta) = (1/m) sum_s loss(S_s, Y_s)`` and its gradient.
+    """The objective ``F(A, b) = (1/m) sum_s loss(S_s, Y_s)`` and its gradient.
 
     See the module docstring for the losses (SparseMAP: ``u* - Y`` from
     :func:`keras_structured.engine.solve` on padded chunks with ``lengths``; hinge:
@@ -216,7 +218,7 @@ def _check_finite_scores(scores: list[np.ndarray]) -> None:
 
 
 def objective(model: Model, data: ArcBatch | Sequence[SentenceFeatures], loss: str = "sparsemap") -> float:
-    """The mean loss ``F(A, eta)`` over the sentences (see :func:`loss_and_gradient`).
+    """The mean loss ``F(A, b)`` over the sentences (see :func:`loss_and_gradient`).
 
     Args:
         model: a :class:`TraceNormModel` or :class:`BilinearModel`.
