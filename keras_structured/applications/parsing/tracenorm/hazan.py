@@ -56,7 +56,9 @@ from keras_structured.applications.parsing.tracenorm.objective import (
     objective_gradient,
 )
 from keras_structured.divergence import DivergenceError
-from keras_structured.run_directory import make_directory, write_csv
+from keras_structured.progress_log import ProgressLog
+from keras_structured.run_directory import make_directory
+from keras_structured.run_settings import check_resumed_settings
 from keras_structured.validation import check_integer, check_number, check_one_of
 
 STEP_RULES = ("standard", "line_search")
@@ -226,13 +228,16 @@ class HazanTrainer:
     ``time`` (seconds of steps so far, resumed runs included) and, every ``eval_every``
     steps, ``dev_uas``.
 
-    With a ``logdir``: every record goes to ``progress.csv`` (:data:`PROGRESS_COLUMNS`)
-    and every ``checkpoint_every`` steps the state to ``checkpoint.npz``; a trainer
-    created on a ``logdir`` that holds a checkpoint resumes from it (same iterates as an
-    uninterrupted run: minibatches and ARPACK's start vector depend only on
-    ``(seed, step)``), and rewrites the CSV to the checkpoint's history. Both files are
-    rewritten whole (:mod:`keras_structured.run_directory`: a crash leaves the old file or
-    the new one, and a symlink in the ``logdir`` is refused, never followed); one trainer
+    With a ``logdir``: every record goes to ``progress.csv`` (:data:`PROGRESS_COLUMNS`) and
+    TensorBoard (:class:`~keras_structured.progress_log.ProgressLog`) and every
+    ``checkpoint_every`` steps the state to ``checkpoint.npz``, written whole
+    (:mod:`keras_structured.run_directory`: a crash leaves the old file or the new one, and a
+    symlink in the ``logdir`` is refused, never followed); a trainer created on a ``logdir``
+    that holds a checkpoint resumes from it (same iterates as an uninterrupted run:
+    minibatches and ARPACK's start vector depend only on ``(seed, step)``), keeping the log's
+    rows of the checkpoint's steps (those after it, which a crash left, are dropped; a log
+    that lost some is refused: :class:`~keras_structured.progress_log.ProgressLogError`),
+    and its settings (:func:`~keras_structured.run_settings.check_resumed_settings`); one trainer
     at a time may write a ``logdir`` (hold a :class:`~keras_structured.run_directory.RunLock`
     on it). A non-finite objective, or weights that become non-finite, stop training with
     a :class:`~keras_structured.divergence.DivergenceError` naming the step; the last
@@ -295,7 +300,6 @@ class HazanTrainer:
             make_directory(self.logdir)
             if self.checkpoint_path.is_file():
                 self._resume()
-            self._write_progress()
 
     @property
     def checkpoint_path(self) -> pathlib.Path:
@@ -318,7 +322,18 @@ class HazanTrainer:
             DivergenceError: if the objective or the weights become NaN or infinite.
         """
         target = self.config.steps if steps is None else check_integer("steps", steps, minimum=0)
-        bar = _progress_bar(target, self.step_count) if progress else None
+        log = None if self.logdir is None else ProgressLog(self.logdir, PROGRESS_COLUMNS, self.step_count)
+        try:
+            self._train(target, log, _progress_bar(target, self.step_count) if progress else None)
+        finally:
+            if log is not None:
+                log.close()
+        if self.logdir is not None and self.checkpoint_step != self.step_count:
+            self.save()
+        return self.model
+
+    def _train(self, target: int, log: ProgressLog | None, bar) -> None:
+        """The steps of :meth:`train`, each logged to ``log`` (unless None) and ``bar``."""
         while self.step_count < target:
             record = self.step()
             if (
@@ -328,7 +343,8 @@ class HazanTrainer:
             ):
                 record["dev_uas"] = evaluate(self.model, self.dev)["uas"]
             self.history.append(record)
-            self._write_progress()
+            if log is not None:
+                log.log({name: record[name] for name in PROGRESS_COLUMNS if name in record})
             if self.logdir is not None and self.step_count % self.config.checkpoint_every == 0:
                 self.save()
             if bar is not None:
@@ -340,9 +356,6 @@ class HazanTrainer:
                 break
         if bar is not None:
             bar.close()
-        if self.logdir is not None and self.checkpoint_step != self.step_count:
-            self.save()
-        return self.model
 
     def step(self) -> dict:
         """One Frank-Wolfe step from the current iterate; returns its record (see the class)."""
@@ -463,25 +476,14 @@ class HazanTrainer:
 
     def _resume(self) -> None:
         model, step, history, saved = load_checkpoint(self.checkpoint_path)
-        current = _config_dict(self.config)
-        different = {
-            name: (saved.get(name), value)
-            for name, value in current.items()
-            if name not in RESUMABLE_FIELDS and saved is not None and saved.get(name) != value
-        }
-        if different or model.dim != self.model.dim:
-            different = different or {"dim": (model.dim, self.model.dim)}
-            raise ValueError(
-                f"The checkpoint '{self.checkpoint_path}' was written with other settings; use another "
-                f"logdir or the same settings. Received: (checkpoint, now) = {different}"
-            )
+        advice = (
+            f"The checkpoint '{self.checkpoint_path}' was written with other settings: use another logdir "
+            "or the same settings."
+        )
+        check_resumed_settings(saved or {}, _config_dict(self.config), RESUMABLE_FIELDS, advice=advice)
+        if model.dim != self.model.dim:
+            raise ValueError(f"{advice} Received: dim={self.model.dim} (the checkpoint's: {model.dim})")
         self.model, self.step_count, self.history, self.checkpoint_step = model, step, history, step
-
-    def _write_progress(self) -> None:
-        """Rewrite ``progress.csv`` whole with :attr:`history` (nothing without a ``logdir``)."""
-        if self.logdir is not None:
-            rows = [[record.get(name, "") for name in PROGRESS_COLUMNS] for record in self.history]
-            write_csv(self.logdir / "progress.csv", PROGRESS_COLUMNS, rows)
 
 
 def _config_dict(config: HazanConfig) -> dict:
