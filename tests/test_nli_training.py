@@ -52,7 +52,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, capsys, op_determinism
     # Runs are never mixed (a larger budget extending a finished run: tests/test_training_runs.py).
     with pytest.raises(FileExistsError, match="already holds a run"):
         main(_train_args(data, tmp_path / "parts"))
-    with pytest.raises(ValueError, match=r"attention.*Received: logdir="):
+    with pytest.raises(ValueError, match=r"attention.*logdir=.*Received: attention='matching'"):
         main(_train_args(data, tmp_path / "parts", "--resume") + ["--attention", "matching"])
     with pytest.raises(ValueError, match=r"'epochs': \(2, 1\)"):
         main(_train_args(data, tmp_path / "parts", "--resume", "--epochs", "1"))

@@ -206,9 +206,9 @@ def test_runs_are_never_mixed(tmp_path):
     main(_arguments(treebank, logdir, "--time-limit", "0"))
     with pytest.raises(FileExistsError, match="already holds a run"):
         main(_arguments(treebank, logdir))
-    with pytest.raises(ValueError, match=r"learning_rate.*Received: logdir="):
+    with pytest.raises(ValueError, match=r"learning_rate.*logdir=.*Received: learning_rate=0.001"):
         main(_arguments(treebank, logdir, "--resume") + ["--learning-rate", "1e-3"])
-    with pytest.raises(ValueError, match=r"'epochs': \(3, 2\).*Received: logdir="):
+    with pytest.raises(ValueError, match=r"'epochs': \(3, 2\).*logdir=.*Received: epochs=2"):
         main(_arguments(treebank, logdir, "--resume", "--epochs", "2"))  # a budget only grows
     with pytest.raises(FileNotFoundError, match="--resume needs a run with a checkpoint"):
         main(_arguments(treebank, tmp_path / "empty", "--resume"))
