@@ -286,6 +286,7 @@ def _start_run(logdir: pathlib.Path, config: dict, kept: str, resumable: tuple[s
             ``config.json``.
     """
     from keras_structured.run_directory import write_json
+    from keras_structured.run_settings import check_resumed_settings
 
     stored = _read_config(logdir)
     has_progress = os.path.lexists(logdir / kept)
@@ -297,27 +298,21 @@ def _start_run(logdir: pathlib.Path, config: dict, kept: str, resumable: tuple[s
             )
         write_json(logdir / "config.json", config)
         return
-    before, after = _settings(stored), _settings(config)
-    differences = {
-        name: (before.get(name), after.get(name))
-        for name in {**before, **after}
-        if before.get(name) != after.get(name)
-    }
-    refused = {
-        name: (old, new)
-        for name, (old, new) in differences.items()
-        if name not in resumable or (name == "steps" and new < old)
-    }
-    if refused:
-        if has_progress:
-            extends = " (only a larger --steps extends it)" if "steps" in resumable else ""
-            held, remedy = "a run", f"continue it{extends}, or choose another logdir"
-        else:
-            held, remedy = _incomplete(kept), f"start it again, or {_clear(logdir)}"
-        raise SystemExit(
-            f"'{logdir}' holds {held} with other settings; these differ (stored, given): {refused}. "
-            f"Rerun with its own settings to {remedy}"
+    if has_progress:
+        extends = " (only a larger --steps extends it)" if "steps" in resumable else ""
+        held, remedy = "a run", f"continue it{extends}, or choose another logdir"
+    else:
+        held, remedy = _incomplete(kept), f"start it again, or {_clear(logdir)}"
+    try:
+        differences = check_resumed_settings(
+            _settings(stored),
+            _settings(config),
+            may_change=[name for name in resumable if name != "steps"],
+            may_grow=[name for name in resumable if name == "steps"],
+            advice=f"Rerun with its own settings to {remedy}.",
         )
+    except ValueError as error:
+        raise SystemExit(f"'{logdir}' holds {held}: {error}") from None
     if not has_progress:
         print(f"'{logdir}' holds {_incomplete(kept)}: starting it again.", file=sys.stderr)
     if "steps" in differences:
