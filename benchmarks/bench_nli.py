@@ -13,9 +13,9 @@ Subcommands:
   ``{root}/{attention}/lr{lr}/seed{S}`` (output in ``bench_train.log`` there): a run with
   ``final.json`` is finished and skipped, one with a ``checkpoint/`` is resumed with
   ``--resume``, any other is started afresh. Each process starts no new epoch after
-  :data:`TIME_LIMIT_MINUTES` minutes; the run then goes on in a fresh process. Finished runs
-  are evaluated with ``evaluate --split test --json`` (skipped when ``eval_test.json``
-  exists). Once the seed-0 run of every attention at its chosen rate is finished, its
+  :data:`benchmarks.runner_core.TIME_LIMIT_MINUTES` minutes; the run then goes on in a fresh
+  process. Finished runs are evaluated with ``evaluate --split test --json`` (skipped when
+  ``eval_test.json`` exists). Once the seed-0 run of every attention at its chosen rate is finished, its
   attention on the Figure 5 pairs is read with ``align`` (``alignments_test.json``), and the
   three checkpoints take training steps in turn on the same batches in one ``time`` process
   (``{root}/step_timing.json``): the step-cost ratio SparseMAP / softmax measured in the
@@ -29,8 +29,9 @@ widened by a factor of 2 beyond it (at most :data:`MAX_WIDENINGS` times). The ot
 then run at the chosen rate. ``--quick`` is a smoke test of minutes: 1,000 training pairs,
 100 trial pairs, 2 epochs, one rate (2^-3), seed 0, test accuracy on 300 test pairs.
 
-This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
-that the runners share): run it as ``python benchmarks/bench_nli.py``.
+The run, round and report machinery is the runner core (:mod:`benchmarks.runner_core`): run
+this script from the repository root as ``python benchmarks/bench_nli.py`` or
+``python -m benchmarks.bench_nli``.
 
 Example:
     python benchmarks/bench_nli.py run --quick
@@ -46,42 +47,49 @@ import dataclasses
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+if not __package__:  # run as a script: import the package `benchmarks` from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
-from resumable_runs import (
-    FINAL_FILE,
-    PLAN_FILE,
-    FinishedRun,
-    GridChoice,
-    RecordedOptions,
-    RunPlan,
-    add_grid_options,
-    add_run_options,
-    choose_on_grid,
-    execute_run,
-    finished_runs,
+
+from benchmarks.report_tables import (
+    finished_line,
+    finite_median,
     fmt,
-    jobs_env,
-    log_progress,
-    logdir_value,
     mean_and_spread,
     missing_run_lines,
-    print_dry_run,
+    rate_table,
+    seed_cell,
+    threads_per_job,
+)
+from benchmarks.resumable_runs import (
+    FINAL_FILE,
+    log_progress,
+    logdir_value,
     read_json,
-    run_logdirs,
-    run_rounds,
-    runner_parser,
     shared_data,
     time_command,
     time_side_by_side,
     to_float,
-    write_plan,
-    write_results,
 )
+from benchmarks.run_plans import (
+    FinishedRun,
+    GridChoice,
+    NamedRun,
+    RunLayout,
+    RunPlan,
+    RunStatus,
+    Step,
+    TunedOptions,
+    choose_on_grid,
+    run_steps,
+)
+from benchmarks.runner_core import Runner, SuiteRun, add_grid_options
+from keras_structured.run_directory import write_text
 
 ATTENTIONS = ("softmax", "sequence", "matching")
 SPARSEMAP_ATTENTIONS = ("sequence", "matching")
@@ -98,7 +106,6 @@ ACCURACY_MARGIN = 2.0
 STEP_COST_TARGET = 1.5
 DEFAULT_DATA = shared_data("nli", "sick.tsv")
 DEFAULT_ROOT, QUICK_ROOT = Path("benchmarks/results/bench_nli"), Path("runs/bench_nli_quick")
-EVAL_FILE = "eval_test.json"
 ALIGN_FILE = "alignments_test.json"
 TIMING_FILE = "step_timing.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -107,42 +114,35 @@ LOGDIRS = "*/lr*/seed*"
 CHECKPOINT = f"{CHECKPOINT_DIR}/state.json"
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
 MAX_WIDENINGS = 2
-# Minutes after which a training process starts no new epoch (see execute).
-TIME_LIMIT_MINUTES = 40
 CLI = ("-m", "keras_structured.applications.nli")
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One training run: an attention, a learning rate and a seed."""
+class RunSpec(NamedRun):
+    """One training run: an attention, a learning rate and a seed; evaluated on test."""
 
     attention: str
     learning_rate: float
     seed: int
 
-    def logdir(self, root: Path) -> Path:
-        """``{root}/{attention}/lr{learning_rate:g}/seed{seed}``."""
-        return root / self.attention / f"lr{self.learning_rate:g}" / f"seed{self.seed}"
+    splits: ClassVar[tuple[str, ...]] = ("test",)
 
     @property
-    def name(self) -> str:
-        """``attention/lr.../seedS``, for messages."""
-        return f"{self.attention}/lr{self.learning_rate:g}/seed{self.seed}"
+    def parts(self) -> tuple[str, ...]:
+        """``(attention, lr{learning_rate:g}, seed{seed})``."""
+        return self.attention, f"lr{self.learning_rate:g}", f"seed{self.seed}"
+
+    @classmethod
+    def from_parts(cls, parts: tuple[str, ...]) -> RunSpec | None:
+        """The run of ``{attention}/lr{lr}/seed{S}``, or None for any other folder."""
+        attention, lr, seed = parts
+        if attention in ATTENTIONS and lr.startswith("lr") and seed.startswith("seed"):
+            return cls(attention, logdir_value(float(lr[2:])), int(seed[4:]))
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
-class RunStatus:
-    """What a logdir holds: ``final.json`` (finished, with its best trial accuracy), a checkpoint,
-    the test evaluation."""
-
-    finished: bool = False
-    resumable: bool = False
-    evaluated: bool = False
-    trial_accuracy: float = math.nan
-
-
-@dataclasses.dataclass(frozen=True)
-class SuiteConfig(RecordedOptions):
+class SuiteConfig(TunedOptions):
     """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
 
     Every attention is tuned on ``learning_rates`` at the first seed; all ``seeds`` run at the
@@ -158,46 +158,21 @@ class SuiteConfig(RecordedOptions):
     timing_steps: int = TIMING_STEPS
 
     def __post_init__(self) -> None:
-        for name in ("attentions", "learning_rates", "seeds"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
+        self.require("attentions", "learning_rates", "seeds")
         unknown = [a for a in self.attentions if a not in ATTENTIONS]
         if unknown:
             raise ValueError(f"attentions must be among {ATTENTIONS}. Received: {unknown}")
-        object.__setattr__(
-            self, "learning_rates", tuple(dict.fromkeys(logdir_value(lr) for lr in self.learning_rates))
-        )
-
-    @property
-    def tuning(self) -> bool:
-        """Whether there is a learning rate to choose (more than one on the grid)."""
-        return len(self.learning_rates) > 1
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LearningRateChoice(GridChoice[RunSpec]):
-    """The learning rate of one attention, chosen on the trial accuracy at the first seed.
-
-    ``scores`` maps each learning rate whose tuning run has finished to its best trial
-    accuracy; ``learning_rate`` is None while ``missing`` (unfinished tuning runs) is not
-    empty. Ties go to the smaller learning rate, NaN scores rank last.
-    """
-
-    attention: str
-
-    @property
-    def learning_rate(self) -> float | None:
-        """The chosen rate (:attr:`value`)."""
-        return self.value
+        super().__post_init__()
 
 
 def choose_learning_rate(
     attention: str, learning_rates: Sequence[float], seed: int, statuses: Mapping[RunSpec, RunStatus]
-) -> LearningRateChoice:
+) -> GridChoice[RunSpec]:
     """Pick ``attention``'s learning rate: the best trial accuracy at ``seed``.
 
-    The paper's protocol (:func:`resumable_runs.choose_on_grid`): a best rate at an end of
-    the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times.
+    The paper's protocol (:func:`benchmarks.run_plans.choose_on_grid`): a best rate at an end
+    of the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times. Ties go to
+    the smaller learning rate, NaN scores rank last.
 
     Args:
         attention: the attention.
@@ -206,21 +181,16 @@ def choose_learning_rate(
         statuses: what each logdir holds.
 
     Returns:
-        A :class:`LearningRateChoice`, waiting (``learning_rate`` None) for ``missing``.
+        A :class:`benchmarks.run_plans.GridChoice` of the best trial accuracy, waiting
+        (``value`` None) for ``missing``.
 
     Example:
-        >>> done = lambda accuracy: RunStatus(finished=True, trial_accuracy=accuracy)
+        >>> done = lambda accuracy: RunStatus(finished=True, score=accuracy)
         >>> statuses = {RunSpec("softmax", 0.25, 0): done(60.0), RunSpec("softmax", 0.5, 0): done(62.0)}
-        >>> choose_learning_rate("softmax", [0.25, 0.5], 0, statuses).learning_rate
+        >>> choose_learning_rate("softmax", [0.25, 0.5], 0, statuses).value
         0.5
     """
-    choice = choose_on_grid(
-        learning_rates,
-        lambda lr: [RunSpec(attention, lr, seed)],
-        {spec: status.trial_accuracy for spec, status in statuses.items() if status.finished},
-        MAX_WIDENINGS,
-    )
-    return LearningRateChoice(attention=attention, **vars(choice))
+    return choose_on_grid(learning_rates, lambda lr: [RunSpec(attention, lr, seed)], statuses, MAX_WIDENINGS)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -234,7 +204,7 @@ class Plan(RunPlan[RunSpec]):
     """
 
     config: SuiteConfig
-    choices: dict[str, LearningRateChoice]
+    choices: dict[str, GridChoice[RunSpec]]
     chosen: dict[str, float]
 
     def figure_runs(self) -> dict[str, RunSpec]:
@@ -248,7 +218,7 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
 
     Args:
         config: the suite's options.
-        statuses: what each logdir holds (:func:`scan_statuses`); absent runs are not started.
+        statuses: what each logdir holds (:data:`LAYOUT`); absent runs are not started.
 
     Returns:
         A :class:`Plan`.
@@ -265,52 +235,30 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
         choice = choose_learning_rate(attention, config.learning_rates, seed, statuses)
         choices[attention] = choice
         if config.tuning:
-            grid = sorted(
-                {*config.learning_rates, *choice.scores, *(spec.learning_rate for spec in choice.missing)}
-            )
-            runs.update((RunSpec(attention, lr, seed), None) for lr in grid)
+            runs.update((RunSpec(attention, lr, seed), None) for lr in choice.grid)
     for attention in config.attentions:
-        lr = choices[attention].learning_rate
+        lr = choices[attention].value
         if lr is None:
             waiting.append(attention)
             continue
         chosen[attention] = lr
         runs.update((RunSpec(attention, lr, s), None) for s in config.seeds)
     plan = Plan(runs=list(runs), waiting=waiting, config=config, choices=choices, chosen=chosen)
-    for spec in plan.runs:
-        status = statuses.get(spec, RunStatus())
-        plan.add(spec, finished=status.finished, evaluated=status.evaluated, resumable=status.resumable)
+    plan.file_runs(statuses)
     return plan
 
 
 # ---------------------------------------------------------------------------------------------- disk
 
-
-def read_status(logdir: Path) -> RunStatus:
-    """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint/state.json``, ``eval_test.json``."""
-    final = read_json(logdir / FINAL_FILE)
-    return RunStatus(
-        finished=final is not None,
-        resumable=(logdir / CHECKPOINT).is_file(),
-        evaluated=(logdir / EVAL_FILE).is_file(),
-        trial_accuracy=to_float((final or {}).get("trial_accuracy")),
-    )
-
-
-def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
-    """The run of ``{root}/{attention}/lr{lr}/seed{S}``, or None for any other path."""
-    try:
-        attention, lr, seed = logdir.relative_to(root).parts
-        if attention in ATTENTIONS and lr.startswith("lr") and seed.startswith("seed"):
-            return RunSpec(attention, logdir_value(float(lr[2:])), int(seed[4:]))
-    except ValueError:
-        pass
-    return None
-
-
-def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
-    """The status of every run directory under ``root``."""
-    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
+#: The logdirs: ``final.json`` (its ``trial_accuracy`` tunes the learning rate),
+#: ``checkpoint/state.json``, ``eval_test.json``.
+LAYOUT = RunLayout(
+    pattern=LOGDIRS,
+    spec=RunSpec.from_parts,
+    checkpoint=CHECKPOINT,
+    splits=RunSpec.splits,
+    score=lambda final: final.get("trial_accuracy"),
+)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -353,51 +301,22 @@ def align_command(logdir: Path, python: str = sys.executable) -> list[str]:
 
 
 def run_commands(
-    spec: RunSpec,
-    status: RunStatus,
-    config: SuiteConfig,
-    data: Path,
-    root: Path,
-    python: str = sys.executable,
-) -> list[tuple[str, list[str]]]:
+    spec: RunSpec, status: RunStatus, run: SuiteRun[SuiteConfig], python: str = sys.executable
+) -> list[Step]:
     """The steps left to finish ``spec``: training (with ``--resume`` when it can), then the evaluation.
 
     Example:
         >>> spec = RunSpec("sequence", 0.0625, 0)
         >>> done = RunStatus(finished=True)
-        >>> steps = run_commands(spec, done, SuiteConfig(), Path("sick.tsv"), Path("runs"))
+        >>> steps = run_commands(spec, done, SuiteRun(SuiteConfig(), Path("sick.tsv"), Path("runs")))
         >>> [(kind, argv[-3:]) for kind, argv in steps]
         [('eval', ['--split', 'test', '--json'])]
     """
-    steps = []
-    if not status.finished:
-        steps.append(("train", train_command(spec, config, data, root, status.resumable, python)))
-    if not (status.finished and status.evaluated):
-        steps.append(("eval", eval_command(spec.logdir(root), config, python)))
-    return steps
-
-
-def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
-    """Bring one run to completion (train or resume, then evaluate on test); ``True`` on success.
-
-    Each training process starts no new epoch after :data:`TIME_LIMIT_MINUTES` minutes (a
-    checkpoint, no ``final.json``): a long run goes on in fresh processes
-    (:func:`resumable_runs.execute_run`). ``bench_state.json`` records the evaluation's wall
-    time as one number.
-    """
-    logdir = spec.logdir(root)
-    status = read_status(logdir)
-    return execute_run(
-        spec.name,
-        logdir,
-        run_commands(spec, status, config, data, root),
-        env,
-        fresh=not status.resumable,
-        resume_argv=train_command(spec, config, data, root, resume=True),
-        checkpoint=CHECKPOINT,
-        eval_key="accuracy",
-        train_args=("--time-limit", f"{TIME_LIMIT_MINUTES:g}"),
-        eval_wall_by_split=False,
+    return run_steps(
+        spec,
+        status,
+        lambda resume: train_command(spec, run.options, run.data, run.root, resume, python),
+        lambda split: eval_command(spec.logdir(run.root), run.options, python),
     )
 
 
@@ -410,13 +329,14 @@ def _ready(plan: Plan, root: Path) -> dict[str, Path]:
     }
 
 
-def inspect_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
+def inspect_runs(plan: Plan, run: SuiteRun[SuiteConfig]) -> bool:
     """Read the Figure 5 alignments of each figure run and time the steps of all of them together.
 
     ``align`` is skipped when ``alignments_test.json`` exists; ``time`` runs once every attention
     of the suite has its figure run finished, and is skipped when ``{root}/step_timing.json``
     holds exactly those runs. Returns True when nothing failed.
     """
+    root, env = run.root, run.env
     ok = True
     ready = _ready(plan, root)
     for attention, logdir in ready.items():
@@ -424,7 +344,7 @@ def inspect_runs(plan: Plan, root: Path, env: dict[str, str]) -> bool:
             continue
         log_progress(f"align {attention} ({logdir})")
         proc = subprocess.run(align_command(logdir), capture_output=True, text=True, env=env)
-        (logdir / "bench_align.log").write_text(proc.stdout + proc.stderr)
+        write_text(logdir / "bench_align.log", proc.stdout + proc.stderr)
         if not (logdir / ALIGN_FILE).is_file():
             log_progress(f"FAILED align {attention} (exit {proc.returncode})")
             ok = False
@@ -447,53 +367,21 @@ def describe_choices(plan: Plan) -> list[str]:
         "the paper."
     ]
     for attention, choice in plan.choices.items():
-        if choice.learning_rate is None:
+        if choice.value is None:
             lines.append(f"{attention}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
         else:
             edge = " (at an end of the widened grid)" if choice.at_edge() else ""
-            score = choice.scores.get(choice.learning_rate, math.nan)
-            lines.append(f"{attention}: lr {choice.learning_rate:g}{edge}, trial accuracy {fmt(score, 2)}")
+            score = choice.scores.get(choice.value, math.nan)
+            lines.append(f"{attention}: lr {choice.value:g}{edge}, trial accuracy {fmt(score, 2)}")
     return lines
 
 
-def _replan(config: SuiteConfig, root: Path) -> Plan:
-    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
-    plan = plan_suite(config, scan_statuses(root))
-    chosen = [
-        {"attention": attention, "learning_rate": choice.learning_rate, "scores": choice.scores}
+def recorded_choices(plan: Plan) -> list[dict[str, Any]]:
+    """The learning-rate choices, for ``bench_plan.json``."""
+    return [
+        {"attention": attention, "learning_rate": choice.value, "scores": choice.scores}
         for attention, choice in plan.choices.items()
     ]
-    write_plan(root, {"config": plan.config.to_json(), "choices": chosen})
-    return plan
-
-
-def read_config(root: Path) -> SuiteConfig:
-    """The suite options recorded by the last ``run`` in ``{root}/bench_plan.json`` (defaults without)."""
-    return SuiteConfig.recorded(root, "config")
-
-
-def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
-    """Run the plan in rounds (tuning, then the seeds at the chosen rates) until nothing is left,
-    then read the alignments and time the steps (:func:`inspect_runs`).
-
-    Each round re-plans from the logdirs (:func:`plan_suite`), records the plan in
-    ``{root}/bench_plan.json`` and runs what is pending, ``jobs`` at a time. A run that fails
-    is not retried in the same session; what depends on it keeps waiting.
-
-    Returns:
-        True when every planned run is finished and evaluated and the inspections succeeded.
-    """
-    plan, ok = run_rounds(
-        root,
-        lambda: _replan(config, root),
-        lambda spec: execute(spec, config, data, root, env),
-        jobs,
-        waiting="attentions waiting",
-    )
-    ok = inspect_runs(plan, root, env) and ok
-    for line in describe_choices(plan):
-        log_progress(line)
-    return ok
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -504,7 +392,11 @@ class RunResult(FinishedRun):
     """A finished run (``final.json``) as read back from its logdir, with its test evaluation."""
 
     spec: RunSpec
-    evaluation: dict[str, Any]
+
+    @property
+    def evaluation(self) -> dict[str, Any]:
+        """``eval_test.json`` (empty when not evaluated)."""
+        return self.evals.get("test", {})
 
     def column(self, name: str) -> np.ndarray:
         """The finite values of a ``progress.csv`` column (empty when absent)."""
@@ -514,27 +406,6 @@ class RunResult(FinishedRun):
     def test(self, key: str) -> float:
         """``eval_test.json``'s ``key`` (NaN when not evaluated)."""
         return to_float(self.evaluation.get(key))
-
-
-def load_runs(root: Path) -> list[RunResult]:
-    """Every finished run (``final.json`` readable) under ``root``."""
-    return [
-        RunResult(**fields, evaluation=read_json(logdir / EVAL_FILE) or {})
-        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
-    ]
-
-
-def _cell(values: Sequence[float], expected: int, digits: int = 2) -> str:
-    """``mean ± spread (n seeds)``, ``(k of n seeds)`` when some are missing, ``missing`` for none."""
-    mean, spread, count = mean_and_spread(values)
-    if count == 0:
-        return "missing"
-    text = f"{mean:.{digits}f}" + (f" ± {spread:.{digits}f}" if count > 1 else "")
-    if count < expected:
-        text += f" ({count} of {expected} seeds)"
-    elif count > 1:
-        text += f" ({count} seeds)"
-    return text
 
 
 def _grouped(runs: list[RunResult], plan: Plan) -> dict[str, list[RunResult]]:
@@ -570,8 +441,8 @@ def step_cost_ratios(timing: Mapping[str, Mapping[str, Any]] | None) -> dict[str
 
 
 def _median(runs: Sequence[RunResult], column: str) -> float:
-    values = np.concatenate([run.column(column) for run in runs]) if runs else np.array([])
-    return float(np.median(values)) if values.size else math.nan
+    """The median of a ``progress.csv`` column over ``runs``."""
+    return finite_median(np.concatenate([run.column(column) for run in runs]) if runs else np.array([]))
 
 
 def _main_table(plan: Plan, groups: dict[str, list[RunResult]], ratios: dict[str, float]) -> list[str]:
@@ -594,11 +465,13 @@ def _main_table(plan: Plan, groups: dict[str, list[RunResult]], ratios: dict[str
         cells = [
             attention,
             f"{plan.chosen[attention]:g}",
-            _cell([r.test("accuracy") for r in group], expected),
-            _cell([r.test("alignment_nonzero_percent") for r in group], expected, 1),
+            seed_cell([r.test("accuracy") for r in group], expected),
+            seed_cell([r.test("alignment_nonzero_percent") for r in group], expected, 1),
             fmt(mean_and_spread([r.test("one_structure_nonzero_percent") for r in group])[0], 1),
-            _cell([r.test("mean_structures") for r in group], expected) if attention != "softmax" else "n/a",
-            _cell([_median([run], "epoch_seconds") for run in group], expected, 1),
+            seed_cell([r.test("mean_structures") for r in group], expected)
+            if attention != "softmax"
+            else "n/a",
+            seed_cell([_median([run], "epoch_seconds") for run in group], expected, 1),
             fmt(speed, 2),
             "1" if attention == "softmax" else fmt(ratios.get(attention, math.nan), 2),
             "1" if attention == "softmax" else fmt(runs_ratio, 2),
@@ -655,20 +528,16 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         for r in runs
         if r.spec.seed == seed
     }
-    lines = [
+    rows = {
+        (attention,): {lr: trial[attention, lr] for lr in rates if (attention, lr) in trial}
+        for attention in plan.config.attentions
+    }
+    chosen = {(attention,): lr for attention, lr in plan.chosen.items()}
+    return [
         f"Best trial accuracy (%) of each finished run at seed {seed}; the chosen rate in bold.",
         "",
-        f"| attention | {' | '.join(f'lr {lr:g}' for lr in rates)} |",
-        "|---" * (len(rates) + 1) + "|",
+        *rate_table(("attention",), rates, rows, chosen),
     ]
-    for attention in plan.config.attentions:
-        cells = []
-        for lr in rates:
-            value = trial.get((attention, lr))
-            text = "–" if value is None else fmt(value, 2)
-            cells.append(f"**{text}**" if plan.chosen.get(attention) == lr and value is not None else text)
-        lines.append(f"| {attention} | {' | '.join(cells)} |")
-    return lines
 
 
 def _runs_table(runs: list[RunResult]) -> list[str]:
@@ -731,19 +600,17 @@ def _plot_figure5(plan: Plan, root: Path, out: Path) -> list[Path]:
     return paths
 
 
-def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
-    """Write ``{root}/results.md`` and ``{root}/figures/*.png`` from the finished runs; return the md path.
+def report_sections(plan: Plan, runs: list[RunResult], root: Path) -> list[str]:
+    """The sections of ``{root}/results.md``, and the Figure 5 plots in ``{root}/figures/``.
 
     Example:
         >>> import tempfile
         >>> config = SuiteConfig(attentions=("softmax",), learning_rates=(0.0625,), seeds=(0,))
-        >>> path = write_report(Path(tempfile.mkdtemp()), config)
+        >>> path = RUNNER.write_report(Path(tempfile.mkdtemp()), config)
         >>> "`softmax/lr0.0625/seed0`: not started" in path.read_text()
         True
     """
-    config = config or read_config(root)
-    plan = plan_suite(config, scan_statuses(root))
-    runs = load_runs(root)
+    config = plan.config
     groups = _grouped(runs, plan)
     timing = read_json(root / TIMING_FILE)
     ratios = step_cost_ratios(timing)
@@ -753,14 +620,12 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
         if config.train_args or config.eval_args
         else "the full SICK splits"
     )
-    threads = sorted({int(r.state["threads"]) for r in runs if r.state.get("threads")})
     timing_note = (
         f"{next(iter(timing.values())).get('steps', 'n/a')} steps per model" if timing else "not measured yet"
     )
     sections = [
         "# NLI: ESIM with softmax, sequential and matching SparseMAP attention (SparseMAP paper, Table 2)",
-        f"{len(runs)} finished runs under `{root}`, generated {time.strftime('%Y-%m-%d %H:%M')}; {subset}; "
-        f"CPU threads per job: {', '.join(map(str, threads)) or 'unknown'}.",
+        f"{finished_line(runs, root)}; {subset}; CPU threads per job: {threads_per_job(runs)}.",
         "Data: SICK (train 4,439 / trial 495 / test 4,906 pairs, CC BY-NC-SA 3.0), not the paper's SNLI "
         "and MultiNLI, which are not available here; no pretrained embeddings either: the embeddings are "
         "learned. The trial split plays the paper's validation set (early stopping, learning-rate decay, "
@@ -798,31 +663,18 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
             "words; left P2H, right H2P transposed).",
             *(f"![{p.stem}](figures/{p.name})" for p in figure_paths),
         ]
-    return write_results(root, sections)
+    return sections
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the ``run`` / ``report`` command line."""
-    parser, run = runner_parser(
-        __doc__,
-        "train, evaluate and inspect the suite (resumable), then report",
-        (DEFAULT_ROOT, QUICK_ROOT),
-        DEFAULT_DATA,
-        "the SICK .tsv file",
-    )
+def add_options(run: argparse.ArgumentParser) -> None:
+    """The options of ``run``: the attentions, the grid and the seeds."""
     run.add_argument(
         "--attentions", nargs="+", choices=ATTENTIONS, default=list(ATTENTIONS), help="(default all)"
     )
     add_grid_options(run, LEARNING_RATES, QUICK_LEARNING_RATE, SEEDS)
-    add_run_options(
-        run,
-        f"smoke test of minutes: {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0, "
-        f"test on {QUICK_EVAL_ARGS[-1]} pairs",
-    )
-    return parser.parse_args(argv)
 
 
 def config_from_args(args: argparse.Namespace) -> SuiteConfig:
@@ -838,48 +690,55 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (1 when some run failed or is still missing, 2 on a bad
-    root or missing data)."""
-    args = parse_args(argv)
-    if args.command == "report":
-        print(write_report(args.root))
-        return 0
-    config = config_from_args(args)
-    root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = read_json(root / PLAN_FILE)
-    if recorded and (
-        tuple(recorded.get("config", {}).get("train_args", ())) != config.train_args
-        or tuple(recorded.get("config", {}).get("eval_args", ())) != config.eval_args
-    ):
-        print(
-            f"{root} holds runs trained or evaluated with other options "
-            f"({recorded['config'].get('train_args')}, {recorded['config'].get('eval_args')}); "
-            "use another --root",
-            file=sys.stderr,
-        )
-        return 2
-    if args.dry_run:
-        statuses = scan_statuses(root)
-        plan = plan_suite(config, statuses)
-        print_dry_run(
-            plan.pending,
-            lambda spec: run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root),
-            [
-                *describe_choices(plan),
-                *(f"{attention} waits for its learning-rate tuning runs" for attention in plan.waiting),
-            ],
-        )
-        return 0
-    if not args.data.is_file():
-        print(f"SICK file missing: {args.data} (it is not distributed with the repository)", file=sys.stderr)
-        return 2
-    start = time.perf_counter()
-    ok = run_suite(config, args.data, root, args.jobs, jobs_env(args.jobs, args.threads_per_job))
-    log_progress(
-        f"report: {write_report(root, config)} (run wall time {(time.perf_counter() - start) / 60:.1f} min)"
+def refusal(recorded: Mapping[str, Any], config: SuiteConfig) -> str | None:
+    """Why a root whose runs were trained or evaluated with other options is refused."""
+    train_args, eval_args = recorded.get("train_args"), recorded.get("eval_args")
+    if (tuple(train_args or ()), tuple(eval_args or ())) == (config.train_args, config.eval_args):
+        return None
+    return f"trained or evaluated with other options ({train_args}, {eval_args})"
+
+
+def missing_data(config: SuiteConfig, data: Path) -> str | None:
+    """Says that the SICK file is missing."""
+    return (
+        None if data.is_file() else f"SICK file missing: {data} (it is not distributed with the repository)"
     )
-    return 0 if ok else 1
+
+
+RUNNER = Runner(
+    layout=LAYOUT,
+    options_type=SuiteConfig,
+    plan=plan_suite,
+    describe_choices=describe_choices,
+    recorded_choices=recorded_choices,
+    waiting="attentions waiting",
+    waiting_notes=lambda plan: [
+        f"{attention} waits for its learning-rate tuning runs" for attention in plan.waiting
+    ],
+    commands=run_commands,
+    eval_key="accuracy",
+    inspect=inspect_runs,
+    eval_wall_by_split=False,
+    result_type=RunResult,
+    sections=report_sections,
+    description=__doc__,
+    run_help="train, evaluate and inspect the suite (resumable), then report",
+    default_root=DEFAULT_ROOT,
+    quick_root=QUICK_ROOT,
+    default_data=DEFAULT_DATA,
+    data_help="the SICK .tsv file",
+    quick_help=f"smoke test of minutes: {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0, "
+    f"test on {QUICK_EVAL_ARGS[-1]} pairs",
+    add_options=add_options,
+    options_from_args=config_from_args,
+    refusal=refusal,
+    missing_data=missing_data,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (:meth:`benchmarks.runner_core.Runner.main`): the exit status."""
+    return RUNNER.main(argv)
 
 
 if __name__ == "__main__":

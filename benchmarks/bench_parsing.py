@@ -32,8 +32,9 @@ best mean dev UAS over en and vi.
 test of minutes: vi only, 200 training sentences, 3 epochs, the five losses at learning
 rate 2e-3, one seed.
 
-This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
-that the runners share): run it as ``python benchmarks/bench_parsing.py``.
+The run, round and report machinery is the runner core (:mod:`benchmarks.runner_core`): run
+this script from the repository root as ``python benchmarks/bench_parsing.py`` or
+``python -m benchmarks.bench_parsing``.
 
 Example:
     python benchmarks/bench_parsing.py run --quick
@@ -46,47 +47,53 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+if not __package__:  # run as a script: import the package `benchmarks` from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
-from resumable_runs import (
-    FINAL_FILE,
-    PLAN_FILE,
-    FinishedRun,
-    GridChoice,
-    RecordedOptions,
-    RunPlan,
-    add_grid_options,
-    add_run_options,
-    choose_on_grid,
-    execute_run,
-    finished_runs,
+
+from benchmarks.report_tables import (
+    finished_line,
+    finite_median,
     fmt,
-    jobs_env,
-    log_progress,
-    logdir_value,
     mean_and_spread,
     missing_run_lines,
-    print_dry_run,
-    read_evaluations,
+    rate_table,
+    seed_cell,
+    threads_per_job,
+)
+from benchmarks.resumable_runs import (
+    FINAL_FILE,
+    execute_run,
+    logdir_value,
     read_json,
-    run_logdirs,
     run_parallel,
-    run_rounds,
-    runner_parser,
     shared_data,
     time_command,
     time_side_by_side,
     to_float,
-    write_plan,
-    write_results,
 )
+from benchmarks.run_plans import (
+    FinishedRun,
+    GridChoice,
+    NamedRun,
+    RunLayout,
+    RunPlan,
+    RunStatus,
+    Step,
+    TunedOptions,
+    choose_on_grid,
+    run_steps,
+)
+from benchmarks.runner_core import Runner, SuiteRun, add_grid_options
 
 #: Language code -> treebank folder under the data directory.
 LANGUAGES = {
@@ -125,8 +132,6 @@ DEFAULT_DATA = shared_data("ud")
 DEFAULT_ROOT, QUICK_ROOT = Path("benchmarks/results/bench_parsing"), Path("runs/bench_parsing_quick")
 # How many times a learning-rate grid may be widened by a factor of 2 (see choose_learning_rate).
 MAX_WIDENINGS = 2
-# Minutes after which a training process starts no new epoch (see execute).
-TIME_LIMIT_MINUTES = 40
 #: Epochs every run trains before early stopping may end it: all of the parser's 30, keeping the
 #: epoch with the best dev UAS (the paper's parser trains a fixed number of epochs). The structured
 #: hinge and perceptron losses sit on a plateau (all arc scores nearly equal) for 10-20 epochs
@@ -166,36 +171,32 @@ TREEBANK_NOTES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One training run: a treebank, a loss, a learning rate and a seed."""
+class RunSpec(NamedRun):
+    """One training run: a treebank, a loss, a learning rate and a seed; evaluated on dev and test."""
 
     language: str
     loss: str
     learning_rate: float
     seed: int
 
-    def logdir(self, root: Path) -> Path:
-        """``{root}/{language}/{loss}/lr{learning_rate:g}/seed{seed}``."""
-        return root / self.language / self.loss / f"lr{self.learning_rate:g}" / f"seed{self.seed}"
+    splits: ClassVar[tuple[str, ...]] = SPLITS
 
     @property
-    def name(self) -> str:
-        """``language/loss/lr.../seedS``, for messages."""
-        return f"{self.language}/{self.loss}/lr{self.learning_rate:g}/seed{self.seed}"
+    def parts(self) -> tuple[str, ...]:
+        """``(language, loss, lr{learning_rate:g}, seed{seed})``."""
+        return self.language, self.loss, f"lr{self.learning_rate:g}", f"seed{self.seed}"
+
+    @classmethod
+    def from_parts(cls, parts: tuple[str, ...]) -> RunSpec | None:
+        """The run of ``{lang}/{loss}/lr{lr}/seed{S}``, or None for any other folder."""
+        language, loss, lr, seed = parts
+        if loss in LOSSES and lr.startswith("lr") and seed.startswith("seed"):
+            return cls(language, loss, logdir_value(float(lr[2:])), int(seed[4:]))
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
-class RunStatus:
-    """What a logdir holds: ``final.json`` (finished, with its best dev UAS), a checkpoint, evaluations."""
-
-    finished: bool = False
-    resumable: bool = False
-    evaluated: frozenset[str] = frozenset()
-    dev_uas: float = math.nan
-
-
-@dataclasses.dataclass(frozen=True)
-class SuiteConfig(RecordedOptions):
+class SuiteConfig(TunedOptions):
     """The options of a suite, as given to ``run`` and recorded in ``{root}/bench_plan.json``.
 
     ``tune_languages`` are the languages the learning rate is tuned on (every loss, every
@@ -217,17 +218,9 @@ class SuiteConfig(RecordedOptions):
     train_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("languages", "losses", "learning_rates", "seeds", "tune_languages"):
-            if not getattr(self, name) and not (name == "tune_languages" and self.per_language):
-                raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
-        object.__setattr__(
-            self, "learning_rates", tuple(dict.fromkeys(logdir_value(lr) for lr in self.learning_rates))
-        )
-
-    @property
-    def tuning(self) -> bool:
-        """Whether there is a learning rate to choose (more than one on the grid)."""
-        return len(self.learning_rates) > 1
+        tuned = () if self.per_language else ("tune_languages",)
+        self.require("languages", "losses", "learning_rates", "seeds", *tuned)
+        super().__post_init__()
 
     def tuned_on(self, language: str) -> tuple[str, ...]:
         """The languages whose dev UAS picks ``language``'s learning rates: itself when it is
@@ -260,35 +253,18 @@ class SuiteConfig(RecordedOptions):
         return self.tuning and not self.per_language
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LearningRateChoice(GridChoice[RunSpec]):
-    """The learning rate of one loss, chosen on the dev UAS of ``tuned_on`` at the first seed.
-
-    ``scores`` maps each learning rate whose tuning runs have all finished to their mean
-    best dev UAS; ``learning_rate`` is None while ``missing`` (unfinished tuning runs) is not
-    empty. Ties go to the smaller learning rate, NaN scores rank last.
-    """
-
-    loss: str
-    tuned_on: tuple[str, ...]
-
-    @property
-    def learning_rate(self) -> float | None:
-        """The chosen rate (:attr:`value`)."""
-        return self.value
-
-
 def choose_learning_rate(
     loss: str,
     tuned_on: Sequence[str],
     learning_rates: Sequence[float],
     seed: int,
     statuses: Mapping[RunSpec, RunStatus],
-) -> LearningRateChoice:
+) -> GridChoice[RunSpec]:
     """Pick ``loss``'s learning rate: the best mean dev UAS over ``tuned_on`` at ``seed``.
 
-    The paper's protocol (:func:`resumable_runs.choose_on_grid`): a best rate at an end of
-    the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times.
+    The paper's protocol (:func:`benchmarks.run_plans.choose_on_grid`): a best rate at an end
+    of the grid widens it by a factor of 2, at most :data:`MAX_WIDENINGS` times. Ties go to
+    the smaller learning rate, NaN scores rank last.
 
     Args:
         loss: the loss.
@@ -298,22 +274,22 @@ def choose_learning_rate(
         statuses: what each logdir holds.
 
     Returns:
-        A :class:`LearningRateChoice`, waiting (``learning_rate`` None) for ``missing``.
+        A :class:`benchmarks.run_plans.GridChoice` of the mean best dev UAS, waiting
+        (``value`` None) for ``missing``.
 
     Example:
-        >>> done = lambda uas: RunStatus(finished=True, dev_uas=uas)
+        >>> done = lambda uas: RunStatus(finished=True, score=uas)
         >>> statuses = {RunSpec("en", "crf", 0.001, 0): done(80.0)}
         >>> statuses[RunSpec("en", "crf", 0.002, 0)] = done(82.0)
-        >>> choose_learning_rate("crf", ["en"], [0.001, 0.002], 0, statuses).learning_rate
+        >>> choose_learning_rate("crf", ["en"], [0.001, 0.002], 0, statuses).value
         0.002
     """
-    choice = choose_on_grid(
+    return choose_on_grid(
         learning_rates,
         lambda lr: [RunSpec(language, loss, lr, seed) for language in tuned_on],
-        {spec: status.dev_uas for spec, status in statuses.items() if status.finished},
+        statuses,
         MAX_WIDENINGS,
     )
-    return LearningRateChoice(loss=loss, tuned_on=tuple(tuned_on), **vars(choice))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -328,7 +304,7 @@ class Plan(RunPlan[RunSpec]):
     """
 
     config: SuiteConfig
-    choices: dict[tuple[tuple[str, ...], str], LearningRateChoice]
+    choices: dict[tuple[tuple[str, ...], str], GridChoice[RunSpec]]
     chosen: dict[tuple[str, str], float]
 
     @property
@@ -339,7 +315,7 @@ class Plan(RunPlan[RunSpec]):
             super().pending, key=lambda spec: (spec in self.start, TRAINING_SIZE_RANK.index(spec.language))
         )
 
-    def choice(self, language: str, loss: str) -> LearningRateChoice:
+    def choice(self, language: str, loss: str) -> GridChoice[RunSpec]:
         """The learning-rate choice that applies to ``language`` and ``loss``."""
         return self.choices[self.config.tuned_on(language), loss]
 
@@ -354,7 +330,7 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
 
     Args:
         config: the suite's options.
-        statuses: what each logdir holds (:func:`scan_statuses`); absent runs are not started.
+        statuses: what each logdir holds (:data:`LAYOUT`); absent runs are not started.
 
     Returns:
         A :class:`Plan`.
@@ -365,7 +341,7 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
         ['vi/crf/lr0.002/seed0']
     """
     runs: dict[RunSpec, None] = {}  # an ordered set
-    choices: dict[tuple[tuple[str, ...], str], LearningRateChoice] = {}
+    choices: dict[tuple[tuple[str, ...], str], GridChoice[RunSpec]] = {}
     seed = config.seeds[0]
     for loss in config.losses:
         for language in config.all_languages:
@@ -375,28 +351,18 @@ def plan_suite(config: SuiteConfig, statuses: Mapping[RunSpec, RunStatus]) -> Pl
             choice = choose_learning_rate(loss, group, config.learning_rates, seed, statuses)
             choices[group, loss] = choice
             if config.tuning:
-                grid = sorted(
-                    {*config.learning_rates, *choice.scores, *(spec.learning_rate for spec in choice.missing)}
-                )
-                runs.update((RunSpec(t, loss, lr, seed), None) for t in group for lr in grid)
+                runs.update((RunSpec(t, loss, lr, seed), None) for t in group for lr in choice.grid)
     chosen, waiting = {}, []
     for language in config.all_languages:
         for loss in config.losses:
-            lr = choices[config.tuned_on(language), loss].learning_rate
+            lr = choices[config.tuned_on(language), loss].value
             if lr is None:
                 waiting.append((language, loss))
                 continue
             chosen[language, loss] = lr
             runs.update((RunSpec(language, loss, lr, s), None) for s in config.seeds_for(language))
     plan = Plan(runs=list(runs), waiting=waiting, config=config, choices=choices, chosen=chosen)
-    for spec in plan.runs:
-        status = statuses.get(spec, RunStatus())
-        plan.add(
-            spec,
-            finished=status.finished,
-            evaluated=status.evaluated >= set(SPLITS),
-            resumable=status.resumable,
-        )
+    plan.file_runs(statuses)
     return plan
 
 
@@ -418,36 +384,17 @@ def needs_extension(config: Mapping[str, Any] | None, final: Mapping[str, Any] |
     return (config or {}).get("min_epochs", 1) < MIN_EPOCHS and final.get("epochs_run", 0) < MIN_EPOCHS
 
 
-def read_status(logdir: Path) -> RunStatus:
-    """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint/state.json``, ``eval_*.json``.
-
-    A run that :func:`needs_extension` counts as unfinished (its checkpoint resumes it).
-    """
-    final = read_json(logdir / FINAL_FILE)
-    if needs_extension(read_json(logdir / "config.json"), final):
-        final = None
-    return RunStatus(
-        finished=final is not None,
-        resumable=(logdir / CHECKPOINT).is_file(),
-        evaluated=frozenset(split for split in SPLITS if (logdir / f"eval_{split}.json").is_file()),
-        dev_uas=to_float((final or {}).get("dev_uas")),
-    )
-
-
-def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
-    """The run of ``{root}/{lang}/{loss}/lr{lr}/seed{S}``, or None for any other path."""
-    try:
-        language, loss, lr, seed = logdir.relative_to(root).parts
-        if loss in LOSSES and lr.startswith("lr") and seed.startswith("seed"):
-            return RunSpec(language, loss, logdir_value(float(lr[2:])), int(seed[4:]))
-    except ValueError:
-        pass
-    return None
-
-
-def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
-    """The status of every run directory under ``root``."""
-    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
+#: The logdirs: ``final.json`` (its ``dev_uas`` tunes the learning rate), ``checkpoint/state.json``,
+#: ``eval_{dev,test}.json``; a run that :func:`needs_extension` counts as unfinished (its
+#: checkpoint resumes it).
+LAYOUT = RunLayout(
+    pattern=LOGDIRS,
+    spec=RunSpec.from_parts,
+    checkpoint=CHECKPOINT,
+    splits=SPLITS,
+    score=lambda final: final.get("dev_uas"),
+    accepts=lambda logdir, final: not needs_extension(read_json(logdir / "config.json"), final),
+)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -482,21 +429,15 @@ def eval_command(logdir: Path, split: str, python: str = sys.executable) -> list
 
 
 def run_commands(
-    spec: RunSpec,
-    status: RunStatus,
-    config: SuiteConfig,
-    data: Path,
-    root: Path,
-    python: str = sys.executable,
-) -> list[tuple[str, list[str]]]:
+    spec: RunSpec, status: RunStatus, run: SuiteRun[SuiteConfig], python: str = sys.executable
+) -> list[Step]:
     """The steps left to finish ``spec``: training (with ``--resume`` when it can), then evaluations.
 
     Args:
         spec: the run.
         status: what its logdir holds.
-        config: the suite's options (for ``train_args``).
-        data: the folder of the treebank folders.
-        root: the runs' root directory.
+        run: the suite's options (for ``train_args``), the folder of the treebank folders and
+            the runs' root directory.
         python: the interpreter of the subprocesses.
 
     Returns:
@@ -506,42 +447,15 @@ def run_commands(
     Example:
         >>> spec = RunSpec("vi", "crf", 0.002, 0)
         >>> done = RunStatus(finished=True, evaluated=frozenset({"dev"}))
-        >>> steps = run_commands(spec, done, SuiteConfig(), Path("ud"), Path("runs"))
+        >>> steps = run_commands(spec, done, SuiteRun(SuiteConfig(), Path("ud"), Path("runs")))
         >>> [(kind, argv[-3:]) for kind, argv in steps]
         [('eval', ['--split', 'test', '--json'])]
     """
-    steps = []
-    if not status.finished:
-        steps.append(("train", train_command(spec, config, data, root, status.resumable, python)))
-    done = status.evaluated if status.finished else frozenset()
-    steps += [
-        ("eval", eval_command(spec.logdir(root), split, python)) for split in SPLITS if split not in done
-    ]
-    return steps
-
-
-def execute(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
-    """Bring one run to completion (train or resume, then evaluate dev and test); ``True`` on success.
-
-    Each training process starts no new epoch after :data:`TIME_LIMIT_MINUTES` minutes (a
-    checkpoint, no ``final.json``): a long run goes on in fresh processes, each well under an
-    hour (:func:`resumable_runs.execute_run`). Training output is appended to
-    ``bench_train.log``, evaluation output written to ``bench_eval_{split}.log``;
-    ``bench_state.json`` accumulates wall times over sessions (also over a fresh restart of a
-    partial run without checkpoint, whose other files are removed).
-    """
-    logdir = spec.logdir(root)
-    status = read_status(logdir)
-    return execute_run(
-        spec.name,
-        logdir,
-        run_commands(spec, status, config, data, root),
-        env,
-        fresh=not status.resumable,
-        resume_argv=train_command(spec, config, data, root, resume=True),
-        checkpoint=CHECKPOINT,
-        eval_key="uas",
-        train_args=("--time-limit", f"{TIME_LIMIT_MINUTES:g}"),
+    return run_steps(
+        spec,
+        status,
+        lambda resume: train_command(spec, run.options, run.data, run.root, resume, python),
+        lambda split: eval_command(spec.logdir(run.root), split, python),
     )
 
 
@@ -574,36 +488,32 @@ def describe_choices(plan: Plan) -> list[str]:
         )
     for (group, loss), choice in plan.choices.items():
         where = "+".join(group)
-        if choice.learning_rate is None:
+        if choice.value is None:
             lines.append(f"{loss} on {where}: not chosen yet ({len(choice.missing)} tuning runs unfinished)")
         else:
             edge = " (at an end of the widened grid)" if choice.at_edge() else ""
-            score = choice.scores[choice.learning_rate]
-            lines.append(
-                f"{loss} on {where}: lr {choice.learning_rate:g}{edge}, mean dev UAS {fmt(score, 2)}"
-            )
+            score = choice.scores[choice.value]
+            lines.append(f"{loss} on {where}: lr {choice.value:g}{edge}, mean dev UAS {fmt(score, 2)}")
     return lines
 
 
-def _replan(config: SuiteConfig, root: Path) -> Plan:
-    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
-    plan = plan_suite(config, scan_statuses(root))
-    chosen = [
-        {
-            "tuned_on": list(group),
-            "loss": loss,
-            "learning_rate": choice.learning_rate,
-            "scores": choice.scores,
-        }
+def recorded_choices(plan: Plan) -> list[dict[str, Any]]:
+    """The learning-rate choices, for ``bench_plan.json``."""
+    return [
+        {"tuned_on": list(group), "loss": loss, "learning_rate": choice.value, "scores": choice.scores}
         for (group, loss), choice in plan.choices.items()
     ]
-    write_plan(root, {"config": plan.config.to_json(), "choices": chosen})
-    return plan
 
 
-def read_config(root: Path) -> SuiteConfig:
-    """The suite options recorded by the last ``run`` in ``{root}/bench_plan.json`` (defaults without)."""
-    return SuiteConfig.recorded(root, "config")
+def waiting_notes(plan: Plan) -> list[str]:
+    """The languages of each loss that wait for its learning rate, for the dry run."""
+    waiting: dict[str, list[str]] = {}
+    for language, loss in plan.waiting:
+        waiting.setdefault(loss, []).append(language)
+    return [
+        f"{loss}: {', '.join(languages)} wait for the learning-rate tuning runs"
+        for loss, languages in waiting.items()
+    ]
 
 
 def timed_runs(plan: Plan, root: Path, language: str) -> list[RunSpec]:
@@ -620,28 +530,29 @@ def timed_runs(plan: Plan, root: Path, language: str) -> list[RunSpec]:
     return specs if {"sparsemap", "crf"} <= losses and finished else []
 
 
-def train_replica(spec: RunSpec, config: SuiteConfig, data: Path, root: Path, env: dict[str, str]) -> bool:
+def train_replica(spec: RunSpec, run: SuiteRun[SuiteConfig]) -> bool:
     """Train the stand-in of a timed run whose checkpoint is gone: the run's own command for
     :data:`REPLICA_EPOCHS` epochs, into ``spec.logdir(root / REPLICA_DIR)`` (kept when it is
     finished already). Training is deterministic, so it is the run as it was after those epochs."""
-    logdir = spec.logdir(root / REPLICA_DIR)
+    root = run.root / REPLICA_DIR
+    logdir = spec.logdir(root)
     if (logdir / FINAL_FILE).is_file() and (logdir / CHECKPOINT).is_file():
         return True
-    argv = train_command(spec, config, data, root / REPLICA_DIR) + ["--epochs", str(REPLICA_EPOCHS)]
+    argv = train_command(spec, run.options, run.data, root) + ["--epochs", str(REPLICA_EPOCHS)]
     return execute_run(
         f"{spec.name} (timing replica, {REPLICA_EPOCHS} epochs)",
         logdir,
         [("train", argv)],
-        env,
+        run.env,
         fresh=True,
         resume_argv=[*argv, "--resume"],
         checkpoint=CHECKPOINT,
         eval_key="uas",
-        train_args=("--time-limit", f"{TIME_LIMIT_MINUTES:g}"),
+        train_args=run.time_limit_args,
     )
 
 
-def time_runs(plan: Plan, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
+def time_runs(plan: Plan, run: SuiteRun[SuiteConfig]) -> bool:
     """Time the training steps of each language's :func:`timed_runs` side by side, in one
     ``python -m keras_structured.applications.parsing time`` process per language (skipped when its
     ``step_timing.json`` holds exactly those runs, or their replicas).
@@ -651,6 +562,7 @@ def time_runs(plan: Plan, data: Path, root: Path, jobs: int, env: dict[str, str]
     (:func:`train_replica`, ``jobs`` at a time), so that the losses are compared at the same
     stage of training. Returns True when nothing failed.
     """
+    root = run.root
     ok = True
     for language in plan.config.all_languages:
         specs = timed_runs(plan, root, language)
@@ -663,44 +575,13 @@ def time_runs(plan: Plan, data: Path, root: Path, jobs: int, env: dict[str, str]
         if timing is not None and set(timing) in ({str(d) for d in logdirs}, {str(d) for d in replicas}):
             continue
         if not all((logdir / CHECKPOINT).is_file() for logdir in logdirs):
-            if not all(run_parallel(lambda s: train_replica(s, plan.config, data, root, env), specs, jobs)):
+            if not all(run_parallel(functools.partial(train_replica, run=run), specs, run.jobs)):
                 ok = False
                 continue
             logdirs = replicas
         argv = time_command(CLI, logdirs, TIMING_STEPS, output)
         what = f"{language} ({', '.join(spec.loss for spec in specs)})"
-        ok = time_side_by_side(argv, logdirs, output, what, env) and ok
-    return ok
-
-
-def run_suite(config: SuiteConfig, data: Path, root: Path, jobs: int, env: dict[str, str]) -> bool:
-    """Run the plan in rounds (tuning, then what its choices decide) until nothing is left,
-    then time the SparseMAP and CRF runs side by side (:func:`time_runs`).
-
-    Each round re-plans from the logdirs (:func:`plan_suite`), records the plan in
-    ``{root}/bench_plan.json`` and runs what is pending, ``jobs`` at a time. A run that fails
-    is not retried in the same session; what depends on it keeps waiting.
-
-    Args:
-        config: the suite's options.
-        data: the folder of the treebank folders.
-        root: the runs' root directory.
-        jobs: training processes at a time.
-        env: the subprocesses' environment (threads, log level).
-
-    Returns:
-        True when every planned run is finished and evaluated.
-    """
-    plan, ok = run_rounds(
-        root,
-        lambda: _replan(config, root),
-        lambda spec: execute(spec, config, data, root, env),
-        jobs,
-        waiting="language/loss pairs waiting for their learning rate",
-    )
-    ok = time_runs(plan, data, root, jobs, env) and ok
-    for line in describe_choices(plan):
-        log_progress(line)
+        ok = time_side_by_side(argv, logdirs, output, what, run.env) and ok
     return ok
 
 
@@ -713,12 +594,15 @@ class RunResult(FinishedRun):
     the sparsity of its dev parses during training."""
 
     spec: RunSpec
-    evals: dict[str, dict[str, Any]]
-    sparsity: list[tuple[int, list[int]]]
 
     def uas(self, split: str, key: str = "uas") -> float:
         """``eval_{split}.json``'s ``key`` (NaN when not evaluated)."""
         return to_float(self.evals.get(split, {}).get(key))
+
+    @functools.cached_property
+    def sparsity(self) -> list[tuple[int, list[int]]]:
+        """``(epoch, trees per dev sentence)`` of each epoch in ``sparsity_dev.jsonl``."""
+        return _read_sparsity(self.logdir / "sparsity_dev.jsonl")
 
 
 def _read_sparsity(path: Path) -> list[tuple[int, list[int]]]:
@@ -735,30 +619,6 @@ def _read_sparsity(path: Path) -> list[tuple[int, list[int]]]:
         except (ValueError, KeyError, TypeError):
             continue
     return rows
-
-
-def load_runs(root: Path) -> list[RunResult]:
-    """Every finished run (``final.json`` readable) under ``root``."""
-    return [
-        RunResult(
-            **fields,
-            evals=read_evaluations(logdir, SPLITS),
-            sparsity=_read_sparsity(logdir / "sparsity_dev.jsonl"),
-        )
-        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
-    ]
-
-
-def _cell(values: Sequence[float], expected: int, bold: bool = False) -> str:
-    """``mean ± spread (n seeds)``, ``(k of n seeds)`` when some are missing, ``missing`` for none."""
-    mean, spread, count = mean_and_spread(values)
-    if count == 0:
-        return "missing"
-    text = f"{mean:.2f}" + (f" ± {spread:.2f}" if count > 1 else "")
-    text = f"**{text}**" if bold else text
-    if count > 1 or count < expected:
-        text += f" ({count} of {expected} seeds)" if count < expected else f" ({count} seeds)"
-    return text
 
 
 def sparsemap_verdict(test_uas: Mapping[tuple[str, str], float], languages: Sequence[str]) -> str:
@@ -853,7 +713,7 @@ def _uas_tables(plan: Plan, groups: dict[tuple[str, str], list[RunResult]]) -> t
                     cells.append("missing (lr not chosen)")
                     continue
                 expected = len(config.seeds_for(language))
-                cells.append(_cell(values[loss], expected, bold=row_means[loss] == top))
+                cells.append(seed_cell(values[loss], expected, bold=row_means[loss] == top))
                 if key == "uas":
                     means[language, loss] = row_means[loss]
             lines.append(f"| {language} | {' | '.join(cells)} |")
@@ -871,25 +731,15 @@ def _tuning_table(plan: Plan, runs: list[RunResult]) -> list[str]:
         for r in runs
         if r.spec.seed == seed
     }
-    lines = [
-        f"Best dev UAS (%) of each finished run at seed {seed} (`final.json`); the chosen rate in bold.",
-        "",
-        f"| language | loss | {' | '.join(f'lr {lr:g}' for lr in rates)} |",
-        "|---" * (len(rates) + 2) + "|",
-    ]
     pairs = sorted(
         {(language, loss) for language, loss, _ in dev}, key=lambda p: (_order(p[0]), LOSSES.index(p[1]))
     )
-    for language, loss in pairs:
-        cells = []
-        for lr in rates:
-            value = dev.get((language, loss, lr))
-            text = "–" if value is None else fmt(value, 2)
-            cells.append(
-                f"**{text}**" if plan.chosen.get((language, loss)) == lr and value is not None else text
-            )
-        lines.append(f"| {language} | {loss} | {' | '.join(cells)} |")
-    return lines
+    rows = {pair: {lr: dev[(*pair, lr)] for lr in rates if (*pair, lr) in dev} for pair in pairs}
+    return [
+        f"Best dev UAS (%) of each finished run at seed {seed} (`final.json`); the chosen rate in bold.",
+        "",
+        *rate_table(("language", "loss"), rates, rows, plan.chosen),
+    ]
 
 
 def _order(language: str) -> int:
@@ -932,10 +782,9 @@ def _sparsity_table(plan: Plan, groups: dict[tuple[str, str], list[RunResult]]) 
 def _throughput_table(plan: Plan, runs: list[RunResult]) -> list[str]:
     """Median training sentences/s per language and loss, and SparseMAP's time per sentence against CRF."""
     losses = plan.config.losses
-    threads = sorted({int(r.state["threads"]) for r in runs if r.state.get("threads")})
     lines = [
         "Median of the `sentences_per_s` rows of `progress.csv` over every finished run of the loss (all "
-        f"learning rates and seeds); CPU threads per job: {', '.join(map(str, threads)) or 'unknown'}. "
+        f"learning rates and seeds); CPU threads per job: {threads_per_job(runs)}. "
         f"Ratio = time per sentence of sparsemap / crf = crf sentences/s / sparsemap sentences/s, target "
         f"<= {THROUGHPUT_TARGET:g}; comparable only when the runs shared the machine alike.",
         "",
@@ -950,9 +799,7 @@ def _throughput_table(plan: Plan, runs: list[RunResult]) -> list[str]:
                 for r in runs
                 if (r.spec.language, r.spec.loss) == (language, loss)
             ]
-            values = np.concatenate(rows) if rows else np.array([])
-            values = values[np.isfinite(values)]
-            median[loss] = float(np.median(values)) if values.size else math.nan
+            median[loss] = finite_median(np.concatenate(rows) if rows else np.array([]))
         crf, sparsemap = median.get("crf", math.nan), median.get("sparsemap", math.nan)
         ratio = crf / sparsemap if sparsemap > 0 else math.nan
         met = "n/a" if not math.isfinite(ratio) else ("yes" if ratio <= THROUGHPUT_TARGET else "**no**")
@@ -1015,13 +862,11 @@ def _runs_table(runs: list[RunResult]) -> list[str]:
         ),
     ):
         f = run.final
-        sps = run.column("sentences_per_s")
-        sps = sps[np.isfinite(sps)]
         lines.append(
             f"| {run.spec.name} | {f.get('epochs_run', 'n/a')} | {f.get('best_epoch', 'n/a')} "
             f"| {'yes' if f.get('stopped_early') else 'no'} | {fmt(to_float(f.get('dev_uas')), 2)} "
             f"| {fmt(run.uas('test'), 2)} | {fmt(run.uas('test', 'uas_no_punct'), 2)} "
-            f"| {fmt(float(np.median(sps)) if sps.size else math.nan, 1)} "
+            f"| {fmt(finite_median(run.column('sentences_per_s')), 1)} "
             f"| {fmt(to_float(run.state.get('train_wall_s')) / 60, 1)} "
             f"| {fmt(to_float(f.get('train_seconds')), 0)} |"
         )
@@ -1030,13 +875,11 @@ def _runs_table(runs: list[RunResult]) -> list[str]:
 
 def _missing_lines(plan: Plan) -> list[str]:
     """The planned runs not finished and evaluated, and the pairs still waiting for their learning rate."""
-    waiting = []
-    for language, loss in plan.waiting:
-        choice = plan.choice(language, loss)
-        waiting.append(
-            f"- `{language}/{loss}`: learning rate not chosen, {len(choice.missing)} tuning runs on "
-            f"{'+'.join(choice.tuned_on)} unfinished"
-        )
+    waiting = [
+        f"- `{language}/{loss}`: learning rate not chosen, {len(plan.choice(language, loss).missing)} "
+        f"tuning runs on {'+'.join(plan.config.tuned_on(language))} unfinished"
+        for language, loss in plan.waiting
+    ]
     return missing_run_lines(plan, lambda spec: "dev and test", waiting)
 
 
@@ -1106,29 +949,17 @@ def _plot_figures(plan: Plan, groups: dict[tuple[str, str], list[RunResult]], ou
     return paths
 
 
-def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
-    """Write ``{root}/results.md`` and ``{root}/figures/*.png`` from the finished runs; return the md path.
-
-    Only finished runs (``final.json``) count, at the learning rates :func:`plan_suite` chooses
-    from them; the planned runs not finished and evaluated are listed as missing.
-
-    Args:
-        root: the runs' root directory.
-        config: the suite's options; by default those recorded in ``{root}/bench_plan.json``.
-
-    Returns:
-        The path of ``results.md``.
+def report_sections(plan: Plan, runs: list[RunResult], root: Path) -> list[str]:
+    """The sections of ``{root}/results.md``, and the figures in ``{root}/figures/``.
 
     Example:
         >>> import tempfile
         >>> config = SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(2e-3,), seeds=(0,))
-        >>> path = write_report(Path(tempfile.mkdtemp()), config)
+        >>> path = RUNNER.write_report(Path(tempfile.mkdtemp()), config)
         >>> "`vi/crf/lr0.002/seed0`: not started" in path.read_text()
         True
     """
-    config = config or read_config(root)
-    plan = plan_suite(config, scan_statuses(root))
-    runs = load_runs(root)
+    config = plan.config
     groups = _grouped(runs, plan)
     uas_lines, test_means = _uas_tables(plan, groups)
     subset = (
@@ -1138,7 +969,7 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
     )
     sections = [
         "# Dependency parsing: SparseMAP, CRF, hinge and perceptron losses (SparseMAP paper, Table 1)",
-        f"{len(runs)} finished runs under `{root}`, generated {time.strftime('%Y-%m-%d %H:%M')}; {subset}; "
+        f"{finished_line(runs, root)}; {subset}; "
         f"parser options `{' '.join(config.parser_args) or 'none'}`. "
         'Only finished runs count; runs not finished are listed under "Missing runs".',
         "## Learning rates",
@@ -1166,21 +997,14 @@ def write_report(root: Path, config: SuiteConfig | None = None) -> Path:
     figure_paths = _plot_figures(plan, groups, root / "figures") if groups else []
     if figure_paths:
         sections += ["## Figures", *(f"![{p.stem}](figures/{p.name})" for p in figure_paths)]
-    return write_results(root, sections)
+    return sections
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the ``run`` / ``report`` command line."""
-    parser, run = runner_parser(
-        __doc__,
-        "train and evaluate the suite (resumable), then report",
-        (DEFAULT_ROOT, QUICK_ROOT),
-        DEFAULT_DATA,
-        "folder of the treebank folders",
-    )
+def add_options(run: argparse.ArgumentParser) -> None:
+    """The options of ``run``: the languages, losses, grid, seeds and the reduction."""
     run.add_argument(
         "--languages",
         nargs="+",
@@ -1191,29 +1015,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     run.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES), help="(default all)")
     add_grid_options(run, LEARNING_RATES, QUICK_LEARNING_RATE, SEEDS)
-    run.add_argument(
-        "--tune-languages",
-        nargs="+",
-        choices=list(LANGUAGES),
-        default=list(TUNE_LANGUAGES),
-        help="the languages the learning rate is tuned on; they get every seed (default vi)",
-    )
-    run.add_argument(
-        "--seed-languages",
-        nargs="+",
-        choices=list(LANGUAGES),
-        default=list(SEED_LANGUAGES),
-        help="the other languages that get every seed, at the chosen rate (default en vi)",
-    )
+    for option, default, help in (
+        (
+            "--tune-languages",
+            TUNE_LANGUAGES,
+            "the languages the learning rate is tuned on; they get every seed",
+        ),
+        ("--seed-languages", SEED_LANGUAGES, "the other languages that get every seed, at the chosen rate"),
+    ):
+        run.add_argument(
+            option,
+            nargs="+",
+            choices=list(LANGUAGES),
+            default=list(default),
+            help=f"{help} (default {' '.join(default)})",
+        )
     run.add_argument(
         "--per-language-tuning",
         action="store_true",
         help="no reduction: tune every language on itself, every seed on every language",
     )
-    add_run_options(
-        run, f"smoke test of minutes: vi, {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0"
-    )
-    return parser.parse_args(argv)
 
 
 def config_from_args(args: argparse.Namespace) -> SuiteConfig:
@@ -1231,53 +1052,54 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (1 when some run failed or is still missing, 2 on a bad root)."""
-    args = parse_args(argv)
-    if args.command == "report":
-        print(write_report(args.root))
-        return 0
-    config = config_from_args(args)
-    root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = read_json(root / PLAN_FILE)
-    options = ("parser_args", "train_args")
-    recorded_options = {name: tuple((recorded or {}).get("config", {}).get(name, ())) for name in options}
-    if recorded and recorded_options != {name: getattr(config, name) for name in options}:
-        print(
-            f"{root} holds runs trained with other options ({recorded_options}); use another --root",
-            file=sys.stderr,
-        )
-        return 2
-    if args.dry_run:
-        statuses = scan_statuses(root)
-        plan = plan_suite(config, statuses)
-        waiting: dict[str, list[str]] = {}
-        for language, loss in plan.waiting:
-            waiting.setdefault(loss, []).append(language)
-        print_dry_run(
-            plan.pending,
-            lambda spec: run_commands(spec, statuses.get(spec, RunStatus()), config, args.data, root),
-            [
-                *describe_choices(plan),
-                *(
-                    f"{loss}: {', '.join(languages)} wait for the learning-rate tuning runs"
-                    for loss, languages in waiting.items()
-                ),
-            ],
-        )
-        return 0
+def refusal(recorded: Mapping[str, Any], config: SuiteConfig) -> str | None:
+    """Why a root whose runs were trained with other parser or training options is refused."""
+    fixed = {name: tuple(recorded.get(name, ())) for name in ("parser_args", "train_args")}
+    return (
+        None
+        if fixed == {name: getattr(config, name) for name in fixed}
+        else f"trained with other options ({fixed})"
+    )
+
+
+def missing_data(config: SuiteConfig, data: Path) -> str | None:
+    """The treebank folders of the suite's languages missing under ``data``."""
     missing = [
-        language for language in config.all_languages if not (args.data / LANGUAGES[language]).is_dir()
+        LANGUAGES[language] for language in config.all_languages if not (data / LANGUAGES[language]).is_dir()
     ]
-    if missing:
-        print(
-            f"treebank folders missing under {args.data}: {', '.join(LANGUAGES[m] for m in missing)}",
-            file=sys.stderr,
-        )
-        return 2
-    ok = run_suite(config, args.data, root, args.jobs, jobs_env(args.jobs, args.threads_per_job))
-    log_progress(f"report: {write_report(root, config)}")
-    return 0 if ok else 1
+    return f"treebank folders missing under {data}: {', '.join(missing)}" if missing else None
+
+
+RUNNER = Runner(
+    layout=LAYOUT,
+    options_type=SuiteConfig,
+    plan=plan_suite,
+    describe_choices=describe_choices,
+    recorded_choices=recorded_choices,
+    waiting="language/loss pairs waiting for their learning rate",
+    waiting_notes=waiting_notes,
+    commands=run_commands,
+    eval_key="uas",
+    inspect=time_runs,
+    result_type=RunResult,
+    sections=report_sections,
+    description=__doc__,
+    run_help="train and evaluate the suite (resumable), then report",
+    default_root=DEFAULT_ROOT,
+    quick_root=QUICK_ROOT,
+    default_data=DEFAULT_DATA,
+    data_help="folder of the treebank folders",
+    quick_help=f"smoke test of minutes: vi, {' '.join(QUICK_TRAIN_ARGS)}, lr {QUICK_LEARNING_RATE:g}, seed 0",
+    add_options=add_options,
+    options_from_args=config_from_args,
+    refusal=refusal,
+    missing_data=missing_data,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (:meth:`benchmarks.runner_core.Runner.main`): the exit status."""
+    return RUNNER.main(argv)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ Subcommands:
   ``rl-bench`` extra) for the same number of steps, in the same invocation.
 
 The benchmark only uses the ``rl`` command line and the files it writes
-(``progress.csv``, ``checkpoints/``), never its Python internals. It imports its sibling
-``resumable_runs.py`` (JSON, logging, subprocess and CSV helpers): run it as
-``python benchmarks/bench_rl.py``.
+(``progress.csv``, ``checkpoints/``), never its Python internals. It uses the runner core's
+JSON, logging, subprocess and CSV helpers (:mod:`benchmarks.resumable_runs`): run it from the
+repository root as ``python benchmarks/bench_rl.py`` or ``python -m benchmarks.bench_rl``.
 
 Example:
     python benchmarks/bench_rl.py run --jobs 2
@@ -42,10 +42,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a script: import the package `benchmarks` from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
-from resumable_runs import (
+
+from benchmarks.report_tables import fmt, write_results
+from benchmarks.resumable_runs import (
     STATE_FILE,
-    fmt,
     jobs_env,
     log_progress,
     parse_eval_output,
@@ -54,11 +58,9 @@ from resumable_runs import (
     run_parallel,
     run_session,
     subprocess_env,
-    write_json,
-    write_results,
 )
-
-from keras_structured.run_directory import RunLock, make_directory, open_for_appending, write_text
+from benchmarks.run_plans import NamedRun
+from keras_structured.run_directory import RunLock, make_directory, open_for_appending, write_json, write_text
 
 ALGOS = ("projected", "ppo")
 DONE_MARKER = "bench_done.json"
@@ -116,7 +118,7 @@ TASKS: dict[str, Task] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
+class RunSpec(NamedRun):
     """One training run of the suite."""
 
     env: str
@@ -126,14 +128,10 @@ class RunSpec:
     steps_scale: float = 1.0
     num_envs: int | None = None
 
-    def logdir(self, root: Path) -> Path:
-        """``{root}/{env}/{algo}/seed{S}``."""
-        return root / self.env / self.algo / f"seed{self.seed}"
-
     @property
-    def name(self) -> str:
-        """``env/algo/seedS``, for progress messages."""
-        return f"{self.env}/{self.algo}/seed{self.seed}"
+    def parts(self) -> tuple[str, ...]:
+        """``(env, algo, seed{S})``: its logdir is ``{root}/{env}/{algo}/seed{S}``."""
+        return self.env, self.algo, f"seed{self.seed}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,7 +502,7 @@ def plot_curves(runs: list[RunResult], out_dir: Path, points: int = 200) -> list
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_directory(out_dir)
     groups = group_runs(runs)
     paths = []
     for env in dict.fromkeys(env for env, _ in groups):
@@ -600,7 +598,7 @@ def throughput(root: Path, steps: int, threads: int, seed: int) -> dict[str, Any
     out = root / "throughput"
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    make_directory(out)
     env = subprocess_env(threads)
     reference = Path(__file__).with_name("sb3_ppo_reference.py")
     argv = [

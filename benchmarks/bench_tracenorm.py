@@ -1,7 +1,7 @@
 """Trace-norm parser benchmark (issue 16): the runs and tables that the issue asks for, through the CLI.
 
 The convex trace-norm bilinear parser (:mod:`keras_structured.applications.parsing.tracenorm`, Frank-Wolfe /
-Hazan on ``||A||_* + lam ||eta||_2 <= C``) is trained and evaluated only through
+Hazan on ``||A||_* + lam ||b||_2 <= C``) is trained and evaluated only through
 ``python examples/tracenorm_parser.py train / evaluate / frobenius``; the benchmark reads the
 files those write (``config.json``, ``progress.csv``, ``checkpoint.npz``, ``final.json``,
 ``eval_{split}.json``), never the library's internals.
@@ -20,7 +20,7 @@ Every number is a module constant below, gathered in :class:`Protocol`:
    :data:`STEPS` steps) and the line search (kind ``line_search``, :data:`LINE_SEARCH_STEPS`
    steps: a step costs 3-4 of the standard ones).
 3. **The Frobenius baseline** (kind ``frobenius``): the same features and loss, a dense
-   ``A`` with the penalty ``mu (||A||_F^2 + ||eta||^2)`` trained by Adam
+   ``A`` with the penalty ``mu (||A||_F^2 + ||b||^2)`` trained by Adam
    (:data:`FROBENIUS_LEARNING_RATE`, :data:`FROBENIUS_STEPS` full-batch steps) for each mu
    of :data:`FROBENIUS_MUS`; the mu of best dev UAS is the baseline, and a best mu at an end
    of the grid widens it by :data:`FROBENIUS_MU_FACTOR` (at most :data:`MAX_WIDENINGS`
@@ -54,8 +54,8 @@ stochastic (en)       3      20 min (200 steps, 8 dev evals)     60 min
 ====================  =====  ==================================  ===========
 
 about 3-3.5 hours in all; no run approaches an hour, and every training process stops
-after :data:`TIME_LIMIT_MINUTES` minutes anyway (``train --time-limit``: a checkpoint, no
-``final.json``), to be resumed by the next process.
+after :data:`benchmarks.runner_core.TIME_LIMIT_MINUTES` minutes anyway (``train --time-limit``:
+a checkpoint, no ``final.json``), to be resumed by the next process.
 
 Subcommands:
 
@@ -77,9 +77,10 @@ dev sentences, 10 steps (5 with the line search), C in {10, 40}, ``d = 2**10``, 
 {2**8, 2**10} (3 steps), en with 200 training and 100 dev sentences in minibatches of 50 (test
 sets are whole).
 
-This script imports its sibling ``resumable_runs.py`` (the run, round and report machinery
-that the runners share) and, for the figures, ``examples/tracenorm_parser.py``: run it as
-``python benchmarks/bench_tracenorm.py``.
+The run, round and report machinery is the runner core (:mod:`benchmarks.runner_core`); the
+figures are drawn by ``examples/tracenorm_parser.py``'s plot functions. Run this script from
+the repository root as ``python benchmarks/bench_tracenorm.py`` or
+``python -m benchmarks.bench_tracenorm``.
 
 Example:
     python benchmarks/bench_tracenorm.py run --quick
@@ -95,39 +96,31 @@ import dataclasses
 import importlib.util
 import math
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a script: import the package `benchmarks` from the repository root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
-from resumable_runs import (
-    FINAL_FILE,
-    PLAN_FILE,
+
+from benchmarks.report_tables import finished_line, finite_median, fmt, missing_run_lines, threads_per_job
+from benchmarks.resumable_runs import PLAN_FILE, logdir_value, shared_data, to_float
+from benchmarks.run_plans import (
     FinishedRun,
     GridChoice,
+    NamedRun,
     RecordedOptions,
+    RunLayout,
     RunPlan,
-    add_run_options,
+    RunStatus,
+    Step,
     choose_on_grid,
-    execute_run,
-    finished_runs,
-    fmt,
-    jobs_env,
-    log_progress,
-    logdir_value,
-    missing_run_lines,
-    print_dry_run,
-    read_evaluations,
-    read_json,
-    run_logdirs,
-    run_rounds,
-    runner_parser,
-    shared_data,
-    to_float,
-    write_plan,
-    write_results,
+    run_steps,
 )
+from benchmarks.runner_core import TIME_LIMIT_MINUTES, Runner, SuiteRun
+from keras_structured.run_directory import make_directory
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tracenorm_parser.py"
@@ -148,7 +141,7 @@ AT_CHOSEN_C = (("vi", "hinge"), ("vi", "line_search"), ("en", "stochastic"))
 
 #: Hashing dimension d of the token features (all runs but the d sweep).
 DIM = 2**12
-#: Weight of ||eta||_2 in the ball (as in the first run of docs/results.md).
+#: Weight of ||b||_2 in the ball (as in the first run of docs/results.md).
 LAM = 5.0
 #: The radii C of the sweep: a log2 grid around the first run of docs/results.md (C = 20).
 CS = (5.0, 10.0, 20.0, 40.0, 80.0)
@@ -177,8 +170,6 @@ STOCHASTIC_STEPS = 200
 #: The en minibatch runs are at these multiples of the C chosen on vi: UAS against C on en.
 EN_C_FACTORS = (0.5, 1.0, 2.0)
 SEED = 0
-#: Minutes after which a training process takes no new step (it resumes in the next one).
-TIME_LIMIT_MINUTES = 40.0
 #: A gap curve is fitted on log axes from this step on (see :func:`gap_slope`).
 SLOPE_FROM_STEP = 10
 
@@ -221,9 +212,7 @@ class Protocol(RecordedOptions):
     seed: int = SEED
 
     def __post_init__(self) -> None:
-        for name in ("Cs", "frobenius_mus", "dims"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must not be empty. Received: {name}={getattr(self, name)!r}")
+        self.require("Cs", "frobenius_mus", "dims")
         object.__setattr__(self, "Cs", tuple(sorted({logdir_value(C) for C in self.Cs})))
         object.__setattr__(
             self, "frobenius_mus", tuple(sorted({logdir_value(mu) for mu in self.frobenius_mus}))
@@ -266,12 +255,21 @@ QUICK = Protocol(
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
+class RunSpec(NamedRun):
     """One run: a kind (:data:`KINDS`), a treebank, and its C (mu for ``frobenius``, d for ``dim``)."""
 
     kind: str
     language: str
     value: float
+
+    @classmethod
+    def from_parts(cls, parts: tuple[str, ...]) -> RunSpec | None:
+        """The run of ``{language}/{kind}/{label}``, or None for any other folder."""
+        language, kind, label = parts
+        prefix = cls(kind, language, 0.0).prefix
+        if language in LANGUAGES and kind in KINDS and label.startswith(prefix):
+            return cls(kind, language, logdir_value(float(label[len(prefix) :])))
+        return None
 
     @property
     def prefix(self) -> str:
@@ -283,14 +281,10 @@ class RunSpec:
         """``C20``, ``mu0.0001`` or ``d4096``."""
         return f"{self.prefix}{int(self.value) if self.kind == 'dim' else self.value:g}"
 
-    def logdir(self, root: Path) -> Path:
-        """``{root}/{language}/{kind}/{label}``."""
-        return root / self.language / self.kind / self.label
-
     @property
-    def name(self) -> str:
-        """``language/kind/label``, for messages."""
-        return f"{self.language}/{self.kind}/{self.label}"
+    def parts(self) -> tuple[str, ...]:
+        """``(language, kind, label)``."""
+        return self.language, self.kind, self.label
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -305,16 +299,6 @@ class RunSpec:
         return self.kind != "frobenius"
 
 
-@dataclasses.dataclass(frozen=True)
-class RunStatus:
-    """What a logdir holds: ``final.json`` (finished, with its dev UAS), a checkpoint, evaluations."""
-
-    finished: bool = False
-    resumable: bool = False
-    evaluated: frozenset[str] = frozenset()
-    dev_uas: float = math.nan
-
-
 def choose(
     kind: str,
     language: str,
@@ -326,7 +310,7 @@ def choose(
     """The value of ``grid`` whose ``kind`` run on ``language`` has the best final dev UAS.
 
     A best value at an end of the grid widens it by ``factor``, at most ``max_widenings``
-    times (:func:`resumable_runs.choose_on_grid`).
+    times (:func:`benchmarks.run_plans.choose_on_grid`).
 
     Args:
         kind: the kind of the grid's runs (``sparsemap`` for C, ``frobenius`` for mu).
@@ -337,22 +321,18 @@ def choose(
         factor: the ratio between a new value and the end of the grid it extends.
 
     Returns:
-        A :class:`resumable_runs.GridChoice` of the dev UAS, waiting (``value`` None) for
+        A :class:`benchmarks.run_plans.GridChoice` of the dev UAS, waiting (``value`` None) for
         ``missing``.
 
     Example:
-        >>> done = lambda uas: RunStatus(finished=True, dev_uas=uas)
+        >>> done = lambda uas: RunStatus(finished=True, score=uas)
         >>> statuses = {RunSpec("sparsemap", "vi", 10.0): done(60.0)}
         >>> statuses[RunSpec("sparsemap", "vi", 20.0)] = done(62.0)
         >>> choose("sparsemap", "vi", [10, 20], statuses).value
         20.0
     """
     return choose_on_grid(
-        grid,
-        lambda value: [RunSpec(kind, language, value)],
-        {spec: status.dev_uas for spec, status in statuses.items() if status.finished},
-        max_widenings,
-        factor,
+        grid, lambda value: [RunSpec(kind, language, value)], statuses, max_widenings, factor
     )
 
 
@@ -376,7 +356,7 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
 
     Args:
         protocol: the numbers of the plan.
-        statuses: what each logdir holds (:func:`scan_statuses`).
+        statuses: what each logdir holds (:data:`LAYOUT`).
 
     Returns:
         The :class:`Plan`.
@@ -388,12 +368,10 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
     """
     runs: dict[RunSpec, None] = {}  # an ordered set
     C = choose("sparsemap", "vi", protocol.Cs, statuses, MAX_WIDENINGS)
-    grid = sorted({*protocol.Cs, *C.scores, *(spec.value for spec in C.missing)})
-    runs.update((RunSpec("sparsemap", "vi", value), None) for value in grid)
+    runs.update((RunSpec("sparsemap", "vi", value), None) for value in C.grid)
     runs.update((RunSpec("dim", "vi", float(d)), None) for d in protocol.dims)
     mu = choose("frobenius", "vi", protocol.frobenius_mus, statuses, MAX_WIDENINGS, FROBENIUS_MU_FACTOR)
-    mus = sorted({*protocol.frobenius_mus, *mu.scores, *(spec.value for spec in mu.missing)})
-    runs.update((RunSpec("frobenius", "vi", value), None) for value in mus)
+    runs.update((RunSpec("frobenius", "vi", value), None) for value in mu.grid)
     waiting = []
     for language, kind in AT_CHOSEN_C:
         if C.value is None:
@@ -402,46 +380,20 @@ def plan_suite(protocol: Protocol, statuses: Mapping[RunSpec, RunStatus]) -> Pla
             factors = EN_C_FACTORS if language == "en" else (1.0,)
             runs.update((RunSpec(kind, language, logdir_value(C.value * f)), None) for f in factors)
     plan = Plan(runs=list(runs), waiting=waiting, protocol=protocol, C=C, mu=mu)
-    for spec in plan.runs:
-        status = statuses.get(spec, RunStatus())
-        plan.add(
-            spec,
-            finished=status.finished,
-            evaluated=status.evaluated >= set(spec.splits),
-            resumable=status.resumable and spec.resumable,
-        )
+    plan.file_runs(statuses)
     return plan
 
 
 # ---------------------------------------------------------------------------------------------- disk
 
-
-def read_status(logdir: Path) -> RunStatus:
-    """Inspect a logdir (missing is fine): ``final.json``, ``checkpoint.npz``, ``eval_*.json``."""
-    final = read_json(logdir / FINAL_FILE)
-    return RunStatus(
-        finished=final is not None,
-        resumable=(logdir / CHECKPOINT_FILE).is_file(),
-        evaluated=frozenset(split for split in SPLITS if (logdir / f"eval_{split}.json").is_file()),
-        dev_uas=to_float(((final or {}).get("dev") or {}).get("uas")),
-    )
-
-
-def parse_logdir(root: Path, logdir: Path) -> RunSpec | None:
-    """The run of ``{root}/{language}/{kind}/{label}``, or None for any other path."""
-    try:
-        language, kind, label = logdir.relative_to(root).parts
-        spec = RunSpec(kind, language, 0.0)
-        if language in LANGUAGES and kind in KINDS and label.startswith(spec.prefix):
-            return RunSpec(kind, language, logdir_value(float(label[len(spec.prefix) :])))
-    except ValueError:
-        pass
-    return None
-
-
-def scan_statuses(root: Path) -> dict[RunSpec, RunStatus]:
-    """The status of every run directory under ``root``."""
-    return {spec: read_status(logdir) for spec, logdir in run_logdirs(root, LOGDIRS, parse_logdir)}
+#: The logdirs: ``final.json`` (its dev UAS chooses C and mu), ``checkpoint.npz``, ``eval_*.json``.
+LAYOUT = RunLayout(
+    pattern=LOGDIRS,
+    spec=RunSpec.from_parts,
+    checkpoint=CHECKPOINT_FILE,
+    splits=SPLITS,
+    score=lambda final: (final.get("dev") or {}).get("uas"),
+)
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -500,57 +452,26 @@ def eval_command(logdir: Path, split: str, python: str = sys.executable) -> list
 
 
 def run_commands(
-    spec: RunSpec,
-    status: RunStatus,
-    protocol: Protocol,
-    data: Path,
-    root: Path,
-    time_limit: float = TIME_LIMIT_MINUTES,
-    python: str = sys.executable,
-) -> list[tuple[str, list[str]]]:
+    spec: RunSpec, status: RunStatus, run: SuiteRun[Protocol], python: str = sys.executable
+) -> list[Step]:
     """The steps left to finish ``spec``: training (which resumes from a checkpoint), then evaluations.
+
+    Args:
+        spec: the run.
+        status: what its logdir holds.
+        run: the protocol, the folder of the treebank folders, the runs' root directory and
+            the time limit of a training process.
+        python: the interpreter of the subprocesses.
 
     Returns:
         ``[("train" | "eval", argv), ...]``: nothing for a run finished and evaluated, the
         missing evaluations for a finished one, otherwise training then the evaluations.
     """
-    steps = []
-    if not status.finished:
-        steps.append(("train", train_command(spec, protocol, data, root, time_limit, python)))
-    done = status.evaluated if status.finished else frozenset()
-    steps += [
-        ("eval", eval_command(spec.logdir(root), split, python)) for split in spec.splits if split not in done
-    ]
-    return steps
-
-
-def execute(
-    spec: RunSpec,
-    protocol: Protocol,
-    data: Path,
-    root: Path,
-    env: dict[str, str],
-    time_limit: float = TIME_LIMIT_MINUTES,
-) -> bool:
-    """Bring one run to completion (train or resume, then evaluate); ``True`` on success.
-
-    A training process stopped by its time limit (exit 0, a checkpoint, no ``final.json``)
-    is followed by another, until the run finishes. Training output is appended to
-    ``bench_train.log``, evaluation output written to ``bench_eval_{split}.log``;
-    ``bench_state.json`` accumulates wall times over sessions (also over a fresh restart of a
-    partial run without a checkpoint, whose other files are removed).
-    """
-    logdir = spec.logdir(root)
-    status = read_status(logdir)
-    return execute_run(
-        spec.name,
-        logdir,
-        run_commands(spec, status, protocol, data, root, time_limit),
-        env,
-        fresh=not (status.resumable and spec.resumable),
-        resume_argv=train_command(spec, protocol, data, root, time_limit) if spec.resumable else None,
-        checkpoint=CHECKPOINT_FILE,
-        eval_key="uas",
+    return run_steps(
+        spec,
+        status,
+        lambda resume: train_command(spec, run.options, run.data, run.root, run.time_limit, python),
+        lambda split: eval_command(spec.logdir(run.root), split, python),
     )
 
 
@@ -581,49 +502,12 @@ def describe_choices(plan: Plan) -> list[str]:
     return lines
 
 
-def _replan(protocol: Protocol, root: Path) -> Plan:
-    """The plan of the logdirs as they are now, recorded in ``{root}/bench_plan.json``."""
-    plan = plan_suite(protocol, scan_statuses(root))
-    choices = {
+def recorded_choices(plan: Plan) -> dict[str, dict[str, Any]]:
+    """The choices of C and mu, for ``bench_plan.json``."""
+    return {
         name: {"value": choice.value, "scores": {f"{k:g}": v for k, v in choice.scores.items()}}
         for name, choice in (("C", plan.C), ("mu", plan.mu))
     }
-    write_plan(root, {"protocol": plan.protocol.to_json(), "choices": choices})
-    return plan
-
-
-def read_protocol(root: Path) -> Protocol:
-    """The protocol recorded by the last ``run`` in ``{root}/bench_plan.json`` (:data:`FULL` without)."""
-    return Protocol.recorded(root, "protocol")
-
-
-def run_suite(
-    protocol: Protocol,
-    data: Path,
-    root: Path,
-    jobs: int,
-    env: dict[str, str],
-    time_limit: float = TIME_LIMIT_MINUTES,
-) -> bool:
-    """Run the plan in rounds (the sweep and the independent runs, then the runs at the chosen C).
-
-    Each round re-plans from the logdirs (:func:`plan_suite`), records the plan in
-    ``{root}/bench_plan.json`` and runs what is pending, ``jobs`` at a time. A run that fails
-    is not retried in the same session; what depends on it keeps waiting.
-
-    Returns:
-        True when every planned run is finished and evaluated.
-    """
-    plan, ok = run_rounds(
-        root,
-        lambda: _replan(protocol, root),
-        lambda spec: execute(spec, protocol, data, root, env, time_limit),
-        jobs,
-        waiting="waiting for C",
-    )
-    for line in describe_choices(plan):
-        log_progress(line)
-    return ok
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -634,7 +518,6 @@ class RunResult(FinishedRun):
     """A finished run (``final.json``) as read back from its logdir, with its evaluations."""
 
     spec: RunSpec
-    evals: dict[str, dict[str, Any]]
 
     def uas(self, split: str) -> float:
         """``final.json``'s dev UAS, or ``eval_{split}.json``'s UAS (NaN when not evaluated)."""
@@ -657,14 +540,6 @@ class RunResult(FinishedRun):
     def wall_minutes(self) -> float:
         """Training wall time over every session (``bench_state.json``), in minutes."""
         return to_float(self.state.get("train_wall_s")) / 60
-
-
-def load_runs(root: Path) -> list[RunResult]:
-    """Every finished run (``final.json`` readable) under ``root``."""
-    return [
-        RunResult(**fields, evals=read_evaluations(logdir, SPLITS))
-        for logdir, fields in finished_runs(root, LOGDIRS, parse_logdir)
-    ]
 
 
 def gap_slope(steps: np.ndarray, gaps: np.ndarray, start: int = SLOPE_FROM_STEP) -> float:
@@ -690,11 +565,6 @@ def gap_slope(steps: np.ndarray, gaps: np.ndarray, start: int = SLOPE_FROM_STEP)
 def _int(value: Any) -> str:
     number = to_float(value)
     return "n/a" if not math.isfinite(number) else f"{int(number):,}"
-
-
-def _median(values: np.ndarray) -> float:
-    values = values[np.isfinite(values)]
-    return float(np.median(values)) if values.size else math.nan
 
 
 def _sci(value: float) -> str:
@@ -732,7 +602,7 @@ def _sweep_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dic
             f"| {C} | {_int(f.get('steps'))} | {fmt(run.uas('dev'), 2)} | {fmt(run.uas('test'), 2)} "
             f"| {_sci(to_float(f.get('objective')))} | {_sci(to_float(f.get('gap')))} "
             f"| {_int(f.get('rank'))} | {_int(f.get('num_parameters'))} "
-            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
+            f"| {fmt(finite_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
         rows.append(_uas_row(run))
     if not rows:
@@ -773,7 +643,7 @@ def _comparison_table(plan: Plan, runs: list[RunResult]) -> list[str]:
             f"| {fmt(run.uas('test'), 2)} "
             f"| {_int(f.get('num_parameters'))} | {'dense' if dense else _int(f.get('rank'))} "
             f"| {_sci(to_float(loss))} | {'n/a' if dense else _sci(to_float(f.get('gap')))} "
-            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
+            f"| {fmt(finite_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
     return lines
 
@@ -804,7 +674,7 @@ def _stochastic_table(plan: Plan, runs: list[RunResult]) -> list[str]:
             f"| {fmt(run.uas('dev'), 2)} | {fmt(run.uas('test'), 2)} | {_int(f.get('rank'))} "
             f"| {_int(f.get('num_parameters'))} "
             f"| {_sci(to_float(f.get('objective')))} | {_sci(to_float(f.get('gap')))} "
-            f"| {fmt(_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
+            f"| {fmt(finite_median(run.step_seconds), 2)} | {fmt(run.wall_minutes, 1)} |"
         )
     if not found:
         lines.append("| missing | | | | | | | | | | |")
@@ -833,7 +703,7 @@ def _dim_table(plan: Plan, runs: list[RunResult]) -> tuple[list[str], list[dict]
         stored = to_float(f.get("num_parameters")) * 8 / 2**20
         row = {
             "d": d,
-            "median": _median(seconds),
+            "median": finite_median(seconds),
             "mean": float(np.nanmean(seconds)) if np.isfinite(seconds).any() else math.nan,
             "peak": to_float(f.get("peak_memory_mib")),
             "stored": stored,
@@ -972,9 +842,8 @@ def _plot_figures(
     plan: Plan, runs: list[RunResult], sweep_rows: list[dict], dim_rows: list[dict], root: Path
 ) -> list[tuple[str, Path]]:
     """The figures of the report (``{root}/figures/``, and the runs' own): ``[(caption, path)]``."""
-    out = root / "figures"
+    out = make_directory(root / "figures")
     example = _example_module()
-    out.mkdir(parents=True, exist_ok=True)
     figures = []
     en_runs = _by_kind(runs, "stochastic", "en")
     if sweep_rows:
@@ -1019,33 +888,23 @@ def _plot_figures(
             history = _history(run)
             if not history:
                 continue
-            folder = out / f"{run.spec.language}-{run.spec.kind}-{run.spec.label}"
-            folder.mkdir(exist_ok=True)
+            folder = make_directory(out / f"{run.spec.language}-{run.spec.kind}-{run.spec.label}")
             example.plot_progress(history, folder)
         for name in names:
             figures.append((f"{run.spec.name}: {name.replace('_', ' and ')}", folder / f"{name}.png"))
     return figures
 
 
-def write_report(root: Path, protocol: Protocol | None = None) -> Path:
-    """Write ``{root}/results.md`` and ``{root}/figures/`` from the finished runs; return the md path.
-
-    Args:
-        root: the runs' root directory.
-        protocol: the plan's numbers; by default those recorded in ``{root}/bench_plan.json``.
-
-    Returns:
-        The path of ``results.md``.
+def report_sections(plan: Plan, runs: list[RunResult], root: Path) -> list[str]:
+    """The sections of ``{root}/results.md``, and the figures in ``{root}/figures/``.
 
     Example:
         >>> import tempfile
-        >>> path = write_report(Path(tempfile.mkdtemp()), QUICK)
+        >>> path = RUNNER.write_report(Path(tempfile.mkdtemp()), QUICK)
         >>> "`vi/sparsemap/C10`: not started" in path.read_text()
         True
     """
-    protocol = protocol or read_protocol(root)
-    plan = plan_suite(protocol, scan_statuses(root))
-    runs = load_runs(root)
+    protocol = plan.protocol
     sweep_lines, sweep_rows = _sweep_table(plan, runs)
     dim_lines, dim_rows = _dim_table(plan, runs)
     quick = protocol != FULL
@@ -1060,11 +919,10 @@ def write_report(root: Path, protocol: Protocol | None = None) -> Path:
         if quick
         else "the full protocol (full treebanks)"
     )
-    threads = sorted({int(r.state["threads"]) for r in runs if r.state.get("threads")})
     sections = [
         "# Trace-norm bilinear parser (Hazan's algorithm): UAS against C, curves, cost against d, baselines",
-        f"{len(runs)} finished runs under `{root}`, generated {time.strftime('%Y-%m-%d %H:%M')}, {scope}; "
-        f"CPU threads per job: {', '.join(map(str, threads)) or 'unknown'}. Only finished runs count; "
+        f"{finished_line(runs, root)}, {scope}; "
+        f"CPU threads per job: {threads_per_job(runs)}. Only finished runs count; "
         'the others are listed under "Missing runs". Treebanks (train / dev / test sentences): '
         + "; ".join(f"{LANGUAGES[k]} {v}" for k, v in TREEBANK_SIZES.items())
         + ".",
@@ -1091,21 +949,14 @@ def write_report(root: Path, protocol: Protocol | None = None) -> Path:
             "## Figures",
             *(f"![{caption}]({path.relative_to(root).as_posix()})" for caption, path in figures),
         ]
-    return write_results(root, sections)
+    return sections
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the ``run`` / ``report`` command line."""
-    parser, run = runner_parser(
-        __doc__,
-        "train and evaluate the plan (resumable), then report",
-        (DEFAULT_ROOT, QUICK_ROOT),
-        DEFAULT_DATA,
-        "folder of the treebank folders",
-    )
+def add_options(run: argparse.ArgumentParser) -> None:
+    """The option of ``run``: the time limit of a training process."""
     run.add_argument(
         "--time-limit",
         type=float,
@@ -1113,47 +964,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="minutes after which a training process takes no new step; the next one resumes "
         "(default %(default)s)",
     )
-    add_run_options(run, "smoke test of a few minutes (see the description)")
-    return parser.parse_args(argv)
+
+
+def missing_data(protocol: Protocol, data: Path) -> str | None:
+    """The treebank folders missing under ``data``."""
+    missing = [folder for folder in LANGUAGES.values() if not (data / folder).is_dir()]
+    return f"treebank folders missing under {data}: {', '.join(missing)}" if missing else None
+
+
+RUNNER = Runner(
+    layout=LAYOUT,
+    options_type=Protocol,
+    options_key="protocol",
+    plan=plan_suite,
+    describe_choices=describe_choices,
+    recorded_choices=recorded_choices,
+    waiting="waiting for C",
+    waiting_notes=lambda plan: [
+        f"{language}/{kind} waits for the choice of C" for language, kind in plan.waiting
+    ],
+    commands=run_commands,
+    eval_key="uas",
+    appends_time_limit=False,
+    result_type=RunResult,
+    sections=report_sections,
+    description=__doc__,
+    run_help="train and evaluate the plan (resumable), then report",
+    default_root=DEFAULT_ROOT,
+    quick_root=QUICK_ROOT,
+    default_data=DEFAULT_DATA,
+    data_help="folder of the treebank folders",
+    quick_help="smoke test of a few minutes (see the description)",
+    add_options=add_options,
+    options_from_args=lambda args: QUICK if args.quick else FULL,
+    refusal=lambda recorded, protocol: (
+        None if Protocol.from_json(recorded) == protocol else f"of another protocol (see {PLAN_FILE})"
+    ),
+    missing_data=missing_data,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (1 when some run failed or is still missing, 2 on a bad root)."""
-    args = parse_args(argv)
-    if args.command == "report":
-        print(write_report(args.root))
-        return 0
-    protocol = QUICK if args.quick else FULL
-    root = args.root or (QUICK_ROOT if args.quick else DEFAULT_ROOT)
-    recorded = read_json(root / PLAN_FILE)
-    if recorded and Protocol.from_json(recorded.get("protocol", {})) != protocol:
-        print(
-            f"{root} holds runs of another protocol (see {root / PLAN_FILE}); use another --root",
-            file=sys.stderr,
-        )
-        return 2
-    if args.dry_run:
-        statuses = scan_statuses(root)
-        plan = plan_suite(protocol, statuses)
-        print_dry_run(
-            plan.pending,
-            lambda spec: run_commands(
-                spec, statuses.get(spec, RunStatus()), protocol, args.data, root, args.time_limit
-            ),
-            [
-                *describe_choices(plan),
-                *(f"{language}/{kind} waits for the choice of C" for language, kind in plan.waiting),
-            ],
-        )
-        return 0
-    missing = [folder for folder in LANGUAGES.values() if not (args.data / folder).is_dir()]
-    if missing:
-        print(f"treebank folders missing under {args.data}: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    env = jobs_env(args.jobs, args.threads_per_job)
-    ok = run_suite(protocol, args.data, root, args.jobs, env, args.time_limit)
-    log_progress(f"report: {write_report(root, protocol)}")
-    return 0 if ok else 1
+    """Entry point (:meth:`benchmarks.runner_core.Runner.main`): the exit status."""
+    return RUNNER.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Resumable runs: the machinery that the benchmark runners of ``benchmarks/`` share.
+"""Resumable runs: the files and processes of one run, the executing half of the runner core.
 
 A *resumable run* is one training job of a benchmark suite (one loss, learning rate and
 seed; one radius C; one RL seed), driven only through a command line and known by its
@@ -22,43 +22,35 @@ a checkpoint               the CLI can resume the run (its name is the runner's)
 and in the suite's root ``bench_plan.json`` (the options and choices of the last round) and
 the ``results.md`` of ``report``.
 
-How the runners use it. ``bench_parsing.py``, ``bench_tracenorm.py`` and ``bench_nli.py``
-plan with a pure function of their options and of what the logdirs hold
-(:func:`run_logdirs`); the plan is a :class:`RunPlan` that sorts each run by what is left to
-do, and grids are searched with :func:`choose_on_grid`. ``run`` calls :func:`run_rounds`:
-re-plan, record the plan, bring every pending run to completion ``--jobs`` at a time
-(:func:`run_parallel`) with :func:`execute_run` (train or resume with :func:`run_training`,
-go on after a time limit, evaluate), until a round has nothing new to do. ``run --dry-run``
-prints the same commands with :func:`print_dry_run`; ``report`` reads the finished runs back
-with :func:`finished_runs` and writes ``results.md`` with :func:`write_results`. Their
-command lines start from :func:`runner_parser` and :func:`add_run_options`.
-``bench_rl.py`` uses the files, subprocess and logging helpers and :func:`run_parallel`.
-
-The runners import this file as a sibling module: run them as ``python benchmarks/NAME.py``.
+How the runners use it. :func:`execute_run` brings one run to completion: train or resume
+(:func:`run_training`, one process a session, appended to ``bench_train.log``), go on after
+a time limit, evaluate (writing ``eval_{split}.json`` from the CLI's JSON line when it did
+not); :func:`run_parallel` runs several ``--jobs`` at a time, and :func:`time_side_by_side`
+times finished runs in one process. The planning half of the core is
+:mod:`benchmarks.run_plans`, the command line and its rounds :mod:`benchmarks.runner_core`,
+the report's tables :mod:`benchmarks.report_tables`. ``bench_rl.py`` uses the files,
+subprocess and logging helpers here and :func:`run_parallel`.
 """
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
 import json
 import math
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from keras_structured.run_directory import (
-    RunLock,
     make_directory,
     open_for_appending,
     read_csv,
@@ -70,11 +62,8 @@ FINAL_FILE = "final.json"
 STATE_FILE = "bench_state.json"
 TRAIN_LOG = "bench_train.log"
 PLAN_FILE = "bench_plan.json"
-RESULTS_FILE = "results.md"
 
 SpecT = TypeVar("SpecT")
-OptionsT = TypeVar("OptionsT", bound="RecordedOptions")
-PlanT = TypeVar("PlanT", bound="RunPlan")
 
 # ---------------------------------------------------------------------------------------------- files
 
@@ -388,153 +377,6 @@ class _Session:
         return True
 
 
-# ----------------------------------------------------------------------------------------- the suite
-
-
-@dataclasses.dataclass
-class RunPlan(Generic[SpecT]):
-    """The runs of a suite as far as they are decided, sorted by what is left to do.
-
-    ``runs`` are in plan order; ``waiting`` holds what waits for a choice (a grid's best
-    value) before its runs can be planned. :meth:`add` puts each run in one of ``done``
-    (finished and evaluated), ``evaluate`` (finished, not evaluated), ``resume`` (a
-    checkpoint) and ``start`` (nothing usable). A runner's plan subclasses it with its
-    options and choices.
-    """
-
-    runs: list[SpecT] = dataclasses.field(default_factory=list)
-    waiting: list[Any] = dataclasses.field(default_factory=list)
-    done: list[SpecT] = dataclasses.field(default_factory=list)
-    evaluate: list[SpecT] = dataclasses.field(default_factory=list)
-    resume: list[SpecT] = dataclasses.field(default_factory=list)
-    start: list[SpecT] = dataclasses.field(default_factory=list)
-
-    def add(self, spec: SpecT, *, finished: bool, evaluated: bool, resumable: bool) -> None:
-        """File ``spec`` (a run of :attr:`runs`) under what is left to do for it.
-
-        Args:
-            spec: the run.
-            finished: its training finished (``final.json``).
-            evaluated: every evaluation it needs is there.
-            resumable: it can resume from a checkpoint.
-        """
-        if finished:
-            (self.done if evaluated else self.evaluate).append(spec)
-        else:
-            (self.resume if resumable else self.start).append(spec)
-
-    @property
-    def pending(self) -> list[SpecT]:
-        """Runs with something left to do: those to evaluate or resume first, then plan order."""
-        todo = {*self.evaluate, *self.resume, *self.start}
-        return sorted((spec for spec in self.runs if spec in todo), key=lambda spec: spec in self.start)
-
-
-@dataclasses.dataclass(frozen=True)
-class GridChoice(Generic[SpecT]):
-    """What :func:`choose_on_grid` found: the best value, or the runs it waits for.
-
-    ``scores`` maps every value whose runs have all finished to their mean score; ``value`` is
-    None while ``missing`` (the unfinished runs of the grid) is not empty; ``widened`` counts
-    the widenings of the grid so far.
-    """
-
-    value: float | None
-    scores: dict[float, float]
-    missing: tuple[SpecT, ...] = ()
-    widened: int = 0
-
-    def at_edge(self) -> bool:
-        """Whether the choice is an end of its (possibly widened) grid of several values."""
-        grid = sorted(self.scores)
-        return len(grid) > 1 and self.value in (grid[0], grid[-1])
-
-
-def choose_on_grid(
-    grid: Sequence[float],
-    runs_at: Callable[[float], Sequence[SpecT]],
-    scores: Mapping[SpecT, float],
-    max_widenings: int,
-    factor: float = 2.0,
-) -> GridChoice[SpecT]:
-    """The value of ``grid`` whose runs have the best mean score, widening the grid at its ends.
-
-    As in the SparseMAP paper's protocol, a best value at an end of a grid of three values or
-    more widens the grid by ``factor`` beyond it (at most ``max_widenings`` times); the
-    choice then waits for the runs at the new value. Ties go to the smaller value, NaN scores
-    rank last. A grid of one value is chosen without any run.
-
-    Args:
-        grid: the values (written to logdir names with ``:g``, see :func:`logdir_value`).
-        runs_at: the runs that score a value.
-        scores: the score of every finished run (a run absent from it is unfinished).
-        max_widenings: how many times the grid may be widened.
-        factor: the ratio between a new value and the end of the grid it extends.
-
-    Returns:
-        A :class:`GridChoice`.
-
-    Example:
-        >>> scores = {("lr", 0.001): 80.0, ("lr", 0.002): 82.0}
-        >>> choose_on_grid([0.001, 0.002], lambda v: [("lr", v)], scores, 2).value
-        0.002
-    """
-    values = sorted(logdir_value(v) for v in grid)
-    if len(values) == 1:
-        return GridChoice(values[0], {})
-    widened = 0
-    while True:
-        found, missing = {}, []
-        for value in values:
-            runs = runs_at(value)
-            absent = [run for run in runs if run not in scores]
-            missing += absent
-            if not absent:
-                found[value] = float(np.mean([scores[run] for run in runs]))
-        if missing:
-            return GridChoice(None, found, tuple(missing), widened)
-        best = max(values, key=lambda v: (-math.inf if math.isnan(found[v]) else found[v], -v))
-        if len(grid) < 3 or widened == max_widenings or best not in (values[0], values[-1]):
-            return GridChoice(best, found, (), widened)
-        values = (
-            [logdir_value(best / factor), *values]
-            if best == values[0]
-            else [*values, logdir_value(best * factor)]
-        )
-        widened += 1
-
-
-class RecordedOptions:
-    """A frozen dataclass of plain values and tuples, recorded in ``bench_plan.json``."""
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON-able form (tuples as lists)."""
-        return {
-            field.name: list(value) if isinstance(value := getattr(self, field.name), tuple) else value
-            for field in dataclasses.fields(self)
-        }
-
-    @classmethod
-    def from_json(cls: type[OptionsT], data: Mapping[str, Any]) -> OptionsT:
-        """Inverse of :meth:`to_json`; unknown keys are ignored."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
-
-    @classmethod
-    def recorded(cls: type[OptionsT], root: Path, key: str) -> OptionsT:
-        """The options that the last ``run`` recorded under ``key`` in ``{root}/bench_plan.json``.
-
-        Args:
-            root: the suite's root.
-            key: their key in the file.
-
-        Returns:
-            The options; the defaults when nothing is recorded.
-        """
-        data = read_json(root / PLAN_FILE)
-        return cls.from_json(data[key]) if data and key in data else cls()
-
-
 def run_parallel(execute: Callable[[SpecT], bool], specs: Sequence[SpecT], jobs: int) -> list[bool]:
     """``execute`` every run of ``specs``, ``jobs`` at a time in a thread pool.
 
@@ -554,267 +396,3 @@ def run_parallel(execute: Callable[[SpecT], bool], specs: Sequence[SpecT], jobs:
         except KeyboardInterrupt:  # the running jobs got the signal too; start no new ones
             pool.shutdown(wait=False, cancel_futures=True)
             raise
-
-
-def run_rounds(
-    root: Path, replan: Callable[[], PlanT], execute: Callable[[Any], bool], jobs: int, waiting: str
-) -> tuple[PlanT, bool]:
-    """Run a suite in rounds until a round has nothing new to do, holding the suite's lock.
-
-    A second runner on the same ``root`` is refused (:class:`RunLockedError`, naming the pid
-    of the first) before it plans anything.
-
-    Each round re-plans from the logdirs (``replan``, which also records the plan in
-    ``bench_plan.json``) and runs what is pending, ``jobs`` at a time: the choices that the
-    finished runs allow then plan the next round. A run that fails is not retried in the same
-    session; what depends on it keeps waiting.
-
-    Args:
-        root: the suite's root directory (locked with :class:`RunLock`).
-        replan: the plan of the logdirs as they are now, recorded.
-        execute: brings one run to completion; True on success.
-        jobs: runs at a time.
-        waiting: what ``plan.waiting`` counts, for the progress line of a round
-            (``"waiting for C"``).
-
-    Returns:
-        The last plan, and whether every run is finished and evaluated (none failed, none is
-        pending or waiting).
-    """
-    attempted = set()
-    ok = True
-    with RunLock(root):
-        while True:
-            plan = replan()
-            todo = [spec for spec in plan.pending if spec not in attempted]
-            if not todo:
-                return plan, ok and not plan.pending and not plan.waiting
-            attempted.update(todo)
-            log_progress(f"round: {len(todo)} runs ({len(plan.done)} done, {len(plan.waiting)} {waiting})")
-            ok = all(run_parallel(execute, todo, jobs)) and ok
-
-
-def write_plan(root: Path, data: dict[str, Any]) -> None:
-    """Record a round's options and choices in ``{root}/bench_plan.json``."""
-    make_directory(root)
-    write_json(root / PLAN_FILE, data)
-
-
-# ------------------------------------------------------------------------------------------ the disk
-
-
-def run_logdirs(
-    root: Path, pattern: str, parse_logdir: Callable[[Path, Path], SpecT | None]
-) -> Iterator[tuple[SpecT, Path]]:
-    """The run directories under ``root``, sorted, with their runs.
-
-    Args:
-        root: the suite's root.
-        pattern: the glob of its logdirs (``*/lr*/seed*``).
-        parse_logdir: ``(root, logdir) -> run``, None for a folder that is not a run's.
-
-    Returns:
-        An iterator of ``(run, logdir)``.
-    """
-    for logdir in sorted(root.glob(pattern)):
-        spec = parse_logdir(root, logdir)
-        if spec is not None and logdir.is_dir():
-            yield spec, logdir
-
-
-@dataclasses.dataclass
-class FinishedRun:
-    """A finished run (``final.json``) as read back from its logdir; runners add their files."""
-
-    spec: Any
-    final: dict[str, Any]
-    state: dict[str, Any]
-    config: dict[str, Any]
-    progress: dict[str, np.ndarray]
-
-    def column(self, name: str) -> np.ndarray:
-        """A ``progress.csv`` column as floats (empty when absent)."""
-        return self.progress.get(name, np.array([]))
-
-
-def finished_runs(
-    root: Path, pattern: str, parse_logdir: Callable[[Path, Path], Any]
-) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every finished run (``final.json`` readable) under ``root``, as :class:`FinishedRun` fields.
-
-    Args:
-        root: the suite's root.
-        pattern: the glob of its logdirs.
-        parse_logdir: as for :func:`run_logdirs`.
-
-    Returns:
-        An iterator of ``(logdir, fields)``: ``fields`` are the keyword arguments of
-        :class:`FinishedRun` (``config.json``, ``bench_state.json``, ``progress.csv`` are
-        empty when missing).
-    """
-    for spec, logdir in run_logdirs(root, pattern, parse_logdir):
-        final = read_json(logdir / FINAL_FILE)
-        if final is None:
-            continue
-        progress = read_progress(logdir / "progress.csv") if (logdir / "progress.csv").is_file() else {}
-        yield (
-            logdir,
-            {
-                "spec": spec,
-                "final": final,
-                "state": read_json(logdir / STATE_FILE) or {},
-                "config": read_json(logdir / "config.json") or {},
-                "progress": progress,
-            },
-        )
-
-
-# ----------------------------------------------------------------------------------- command line
-
-
-def runner_parser(
-    description: str,
-    run_help: str,
-    roots: tuple[Path, Path],
-    data: Path,
-    data_help: str,
-) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The ``run`` / ``report`` command line of a runner, with ``--root`` and ``run --data``.
-
-    The runner adds its options to ``run``, then :func:`add_run_options`.
-
-    Args:
-        description: the runner's description (its module docstring).
-        run_help: the help of ``run``.
-        roots: the default root and the one of ``--quick``.
-        data: the default ``--data``.
-        data_help: its help, before ``(default ...)``.
-
-    Returns:
-        The parser and its ``run`` subparser.
-    """
-    default_root, quick_root = roots
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help=run_help)
-    run.add_argument(
-        "--root",
-        type=Path,
-        default=None,
-        help=f"directory of the runs (default {default_root}, {quick_root} with --quick)",
-    )
-    run.add_argument("--data", type=Path, default=data, help=f"{data_help} (default %(default)s)")
-    report = sub.add_parser("report", help="write results.md and figures/ from the finished runs")
-    report.add_argument(
-        "--root", type=Path, default=default_root, help="directory of the runs (default %(default)s)"
-    )
-    return parser, run
-
-
-def add_run_options(run: argparse.ArgumentParser, quick_help: str) -> None:
-    """Add ``--jobs``, ``--threads-per-job``, ``--quick`` and ``--dry-run`` to ``run``.
-
-    Args:
-        run: the ``run`` subparser of :func:`runner_parser`.
-        quick_help: what ``--quick`` does.
-    """
-    run.add_argument("--jobs", type=int, default=1, help="training processes at a time (default 1)")
-    run.add_argument(
-        "--threads-per-job", type=int, default=None, help="CPU threads per job (default cores / jobs)"
-    )
-    run.add_argument("--quick", action="store_true", help=quick_help)
-    run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
-
-
-def add_grid_options(
-    run: argparse.ArgumentParser,
-    learning_rates: Sequence[float],
-    quick_learning_rate: float,
-    seeds: Sequence[int],
-) -> None:
-    """Add ``--learning-rates`` (the grid a suite tunes on) and ``--seeds`` to ``run``.
-
-    Args:
-        run: the ``run`` subparser of :func:`runner_parser`.
-        learning_rates: the default grid.
-        quick_learning_rate: the one rate of ``--quick``.
-        seeds: the default seeds (``--quick``: 0).
-    """
-    run.add_argument(
-        "--learning-rates",
-        nargs="+",
-        type=float,
-        default=None,
-        help=f"the grid (default {' '.join(f'{lr:g}' for lr in learning_rates)}; "
-        f"{quick_learning_rate:g} with --quick)",
-    )
-    run.add_argument(
-        "--seeds",
-        nargs="+",
-        type=int,
-        default=None,
-        help=f"(default {' '.join(map(str, seeds))}; 0 with --quick)",
-    )
-
-
-def print_dry_run(
-    specs: Iterable[SpecT],
-    steps: Callable[[SpecT], Sequence[tuple[str, list[str]]]],
-    notes: Iterable[str],
-) -> None:
-    """Print the command lines that ``run`` would start, shell-quoted, then ``notes`` as comments.
-
-    Args:
-        specs: the pending runs, in the order ``run`` takes them.
-        steps: a run's ``[(kind, argv), ...]`` left to do.
-        notes: lines printed after ``# `` (the choices, what waits for them).
-    """
-    for spec in specs:
-        for _, argv in steps(spec):
-            print(shlex.join(argv))
-    for note in notes:
-        print(f"# {note}")
-
-
-# ----------------------------------------------------------------------------------------- report
-
-
-def fmt(value: float, digits: int = 1) -> str:
-    """Fixed-point with ``digits`` decimals, ``n/a`` for NaN / inf."""
-    return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"
-
-
-def mean_and_spread(values: Sequence[float]) -> tuple[float, float, int]:
-    """``(mean, (max - min) / 2, count)`` of the finite values; NaNs for none."""
-    finite = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if finite.size == 0:
-        return math.nan, math.nan, 0
-    return float(finite.mean()), float(finite.max() - finite.min()) / 2, int(finite.size)
-
-
-def missing_run_lines(plan: RunPlan, evaluations: Callable[[Any], str], waiting: Iterable[str]) -> list[str]:
-    """The Markdown list of the planned runs not finished and evaluated, for ``results.md``.
-
-    Args:
-        plan: the plan.
-        evaluations: the evaluations a run needs, in words (``"dev and test"``).
-        waiting: one line per entry of ``plan.waiting``.
-
-    Returns:
-        The lines, or one saying that nothing is missing.
-    """
-    lines = [f"- `{spec.name}`: trained, not evaluated on {evaluations(spec)}" for spec in plan.evaluate]
-    lines += [f"- `{spec.name}`: partial (checkpoint), to resume" for spec in plan.resume]
-    lines += [f"- `{spec.name}`: not started (or failed before a checkpoint)" for spec in plan.start]
-    lines += waiting
-    return lines or ["None: every planned run is finished and evaluated."]
-
-
-def write_results(root: Path, sections: Sequence[str]) -> Path:
-    """Write the Markdown ``sections`` to ``{root}/results.md``; return its path."""
-    make_directory(root)
-    path = root / RESULTS_FILE
-    write_text(path, "\n\n".join(sections) + "\n")
-    return path

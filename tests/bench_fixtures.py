@@ -1,9 +1,8 @@
 """Helpers shared by the tests of the benchmark runners (``tests/test_bench_*.py``).
 
-The runners import their sibling ``benchmarks/resumable_runs.py`` as a module:
-:func:`load_runner` loads it first. :class:`FakeCLI` is the common part of the stand-ins for
-``subprocess.run`` that write what a training command line would, so that the runners' plan,
-resume logic and reports run without training anything.
+:class:`FakeCLI` is the common part of the stand-ins for ``subprocess.run`` that write what a
+training command line would, so that the runners' plan, resume logic and reports run without
+training anything.
 """
 
 from __future__ import annotations
@@ -11,19 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from types import ModuleType
 from typing import Any
-
-from tests.benchmark_modules import load_benchmark
-
-#: ``benchmarks/resumable_runs.py`` (the file names of a run, ``STATE_FILE`` and the others).
-resumable_runs = load_benchmark("resumable_runs")
-
-
-def load_runner(name: str) -> ModuleType:
-    """``benchmarks/{name}.py`` as the module ``name``, after the shared module it imports."""
-    load_benchmark("resumable_runs")
-    return load_benchmark(name)
 
 
 def arg_value(argv: list[str], flag: str) -> str:

@@ -16,18 +16,20 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import bench_nli as bench
+from benchmarks import resumable_runs
+from benchmarks.run_plans import RunStatus
+from benchmarks.runner_core import SuiteRun
 from keras_structured.applications.nli.training import PROGRESS_COLUMNS
-from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
-
-bench = load_runner("bench_nli")
+from tests.bench_fixtures import FakeCLI, arg_value
 
 R = bench.RunSpec
 NONZERO = {"softmax": 100.0, "sequence": 12.0, "matching": 9.0}
 STEP_SECONDS = {"softmax": 0.2, "sequence": 0.26, "matching": 0.34}
 
 
-def done(trial: float) -> bench.RunStatus:
-    return bench.RunStatus(finished=True, evaluated=True, trial_accuracy=trial)
+def done(trial: float) -> RunStatus:
+    return RunStatus(finished=True, evaluated=frozenset({"test"}), score=trial)
 
 
 class FakeNLI(FakeCLI):
@@ -126,25 +128,25 @@ class FakeNLI(FakeCLI):
 
 def test_choose_learning_rate_best_ties_nan_missing_and_widening():
     grid = (2.0**-6, 2.0**-5, 2.0**-4, 2.0**-3)
-    rate = bench.logdir_value  # a learning rate as it reads back from its logdir name
+    rate = resumable_runs.logdir_value  # a learning rate as it reads back from its logdir name
     statuses = {
         R("sequence", rate(lr), 0): done(acc) for lr, acc in zip(grid, (60.0, 64.0, 64.0, 61.0), strict=True)
     }
     choice = bench.choose_learning_rate("sequence", grid, 0, statuses)
-    assert choice.learning_rate == rate(2.0**-5) and choice.missing == ()  # a tie: the smaller rate
+    assert choice.value == rate(2.0**-5) and choice.missing == ()  # a tie: the smaller rate
     statuses[R("sequence", rate(2.0**-5), 0)] = done(float("nan"))  # a diverged run ranks last
-    assert bench.choose_learning_rate("sequence", grid, 0, statuses).learning_rate == rate(2.0**-4)
+    assert bench.choose_learning_rate("sequence", grid, 0, statuses).value == rate(2.0**-4)
 
     best_at_top = {R("softmax", rate(lr), 0): done(50.0 + 100 * lr) for lr in grid}
     widened = bench.choose_learning_rate("softmax", grid, 0, best_at_top)
-    assert widened.learning_rate is None and widened.missing == (R("softmax", 0.25, 0),)
+    assert widened.value is None and widened.missing == (R("softmax", 0.25, 0),)
     best_at_top[R("softmax", 0.25, 0)] = done(70.0)
     best_at_top[R("softmax", 0.5, 0)] = done(80.0)  # widened twice, then stops widening
-    assert bench.choose_learning_rate("softmax", grid, 0, best_at_top).learning_rate == 0.5
+    assert bench.choose_learning_rate("softmax", grid, 0, best_at_top).value == 0.5
 
     partial = bench.choose_learning_rate("matching", grid, 0, {R("matching", rate(grid[0]), 0): done(1.0)})
-    assert partial.learning_rate is None and len(partial.missing) == 3
-    assert bench.choose_learning_rate("matching", [0.0625], 0, {}).learning_rate == 0.0625
+    assert partial.value is None and len(partial.missing) == 3
+    assert bench.choose_learning_rate("matching", [0.0625], 0, {}).value == 0.0625
 
 
 def test_plan_tunes_each_attention_then_runs_its_seeds():
@@ -160,7 +162,7 @@ def test_plan_tunes_each_attention_then_runs_its_seeds():
     ]
     assert plan.waiting == ["softmax", "matching"]
     statuses = {R("softmax", 0.25, 0): done(60.0), R("softmax", 0.5, 0): done(65.0)}
-    statuses[R("matching", 0.25, 0)] = bench.RunStatus(resumable=True)
+    statuses[R("matching", 0.25, 0)] = RunStatus(resumable=True)
     plan = bench.plan_suite(config, statuses)
     assert plan.chosen == {"softmax": 0.5} and plan.waiting == ["matching"]
     assert R("softmax", 0.5, 2) in plan.start and R("softmax", 0.25, 1) not in plan.runs
@@ -173,32 +175,33 @@ def test_plan_tunes_each_attention_then_runs_its_seeds():
 def test_commands_fresh_resume_and_evaluation_only(tmp_path):
     config = bench.SuiteConfig(train_args=("--epochs", "2"), eval_args=("--max-pairs", "300"))
     spec = R("sequence", 0.0625, 1)
-    steps = bench.run_commands(spec, bench.RunStatus(), config, Path("sick.tsv"), tmp_path)
+    run = SuiteRun(config, Path("sick.tsv"), tmp_path)
+    steps = bench.run_commands(spec, RunStatus(), run)
     (kind, train), (_, evaluate) = steps
     assert kind == "train" and train[1:4] == ["-m", "keras_structured.applications.nli", "train"]
     assert arg_value(train, "--attention") == "sequence" and arg_value(train, "--learning-rate") == "0.0625"
     assert arg_value(train, "--logdir") == str(tmp_path / "sequence" / "lr0.0625" / "seed1")
     assert "--resume" not in train and train[-3:] == ["--epochs", "2", "--quiet"]
     assert evaluate[-4:] == ["test", "--max-pairs", "300", "--json"]
-    resumed = bench.run_commands(spec, bench.RunStatus(resumable=True), config, Path("sick.tsv"), tmp_path)
+    resumed = bench.run_commands(spec, RunStatus(resumable=True), run)
     assert resumed[0][1][-1] == "--resume"
-    assert bench.run_commands(spec, done(1.0), config, Path("sick.tsv"), tmp_path) == []
+    assert bench.run_commands(spec, done(1.0), run) == []
 
 
 def test_scan_statuses_reads_the_logdirs(tmp_path, monkeypatch):
     fake = FakeNLI()
     monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(attentions=("matching",), learning_rates=(0.125,), seeds=(0,))
-    assert bench.execute(R("matching", 0.125, 0), config, Path("sick.tsv"), tmp_path, {})
+    assert bench.RUNNER.execute(R("matching", 0.125, 0), SuiteRun(config, Path("sick.tsv"), tmp_path))
     (tmp_path / "matching" / "lr0.125" / "seed1" / "checkpoint").mkdir(parents=True)
     (tmp_path / "matching" / "lr0.125" / "seed1" / "checkpoint" / "state.json").write_text("{}")
     (tmp_path / "other" / "lr0.1" / "seed0").mkdir(parents=True)  # not a run
-    statuses = bench.scan_statuses(tmp_path)
+    statuses = bench.LAYOUT.scan(tmp_path)
     assert statuses == {
-        R("matching", 0.125, 0): bench.RunStatus(
-            finished=True, resumable=True, evaluated=True, trial_accuracy=61.25
+        R("matching", 0.125, 0): RunStatus(
+            finished=True, resumable=True, evaluated=frozenset({"test"}), score=61.25
         ),
-        R("matching", 0.125, 1): bench.RunStatus(resumable=True),
+        R("matching", 0.125, 1): RunStatus(resumable=True),
     }
 
 
@@ -209,25 +212,26 @@ def test_execute_resumes_after_a_failure_and_reads_the_eval_output(tmp_path, mon
     config = bench.SuiteConfig(attentions=("sequence",), learning_rates=(0.0625,), seeds=(0,))
     spec = R("sequence", 0.0625, 0)
     logdir = spec.logdir(tmp_path)
+    run = SuiteRun(config, Path("sick.tsv"), tmp_path, {"OMP_NUM_THREADS": "2"})
     failing = FakeNLI(train_exit=1)
     monkeypatch.setattr(subprocess, "run", failing)
-    assert not bench.execute(spec, config, Path("sick.tsv"), tmp_path, {"OMP_NUM_THREADS": "2"})
-    status = bench.read_status(logdir)
+    assert not bench.RUNNER.execute(spec, run)
+    status = bench.LAYOUT.read_status(logdir)
     assert status.resumable and not status.finished and len(failing.calls) == 1
 
     fake = FakeNLI(write_eval=False)  # evaluate prints its JSON line only: the runner writes the file
     monkeypatch.setattr(subprocess, "run", fake)
-    assert bench.execute(spec, config, Path("sick.tsv"), tmp_path, {"OMP_NUM_THREADS": "2"})
+    assert bench.RUNNER.execute(spec, run)
     assert "--resume" in fake.calls[0] and [c[3] for c in fake.calls] == ["train", "evaluate"]
     assert json.loads((logdir / "eval_test.json").read_text())["alignment_nonzero_percent"] == 12.0
     state = json.loads((logdir / resumable_runs.STATE_FILE).read_text())
     assert state["sessions"] == 2 and state["threads"] == 2 and "eval_wall_s" in state
-    assert bench.execute(spec, config, Path("sick.tsv"), tmp_path, {}) and len(fake.calls) == 2  # skipped
+    assert bench.RUNNER.execute(spec, run) and len(fake.calls) == 2  # skipped
 
     stale = R("sequence", 0.0625, 1)
     stale.logdir(tmp_path).mkdir(parents=True)
     (stale.logdir(tmp_path) / "stale.txt").write_text("")  # partial without a checkpoint: afresh
-    assert bench.execute(stale, config, Path("sick.tsv"), tmp_path, {})
+    assert bench.RUNNER.execute(stale, run)
     assert "--resume" not in fake.calls[2] and not (stale.logdir(tmp_path) / "stale.txt").exists()
 
 
@@ -235,7 +239,7 @@ def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
     config = bench.SuiteConfig(attentions=("softmax",), learning_rates=(0.0625,), seeds=(0,))
     fake = FakeNLI(processes_to_finish=3)
     monkeypatch.setattr(subprocess, "run", fake)
-    assert bench.execute(R("softmax", 0.0625, 0), config, Path("sick.tsv"), tmp_path, {})
+    assert bench.RUNNER.execute(R("softmax", 0.0625, 0), SuiteRun(config, Path("sick.tsv"), tmp_path))
     trains = [call for call in fake.calls if call[3] == "train"]
     assert len(trains) == 3 and "--resume" not in trains[0] and all("--resume" in c for c in trains[1:])
     assert all(arg_value(c, "--time-limit") == "40" for c in trains)
@@ -245,7 +249,7 @@ def test_run_suite_tunes_runs_the_seeds_then_aligns_and_times_once(tmp_path, mon
     fake = FakeNLI(trial=lambda attention, lr: 60.0 - abs(lr - 0.03125))  # 2^-5 is best: inside the grid
     monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(learning_rates=bench.LEARNING_RATES, seeds=(0, 1, 2), timing_steps=7)
-    assert bench.run_suite(config, Path("sick.tsv"), tmp_path, jobs=2, env={})
+    assert bench.RUNNER.run_suite(SuiteRun(config, Path("sick.tsv"), tmp_path, jobs=2))
     trained = sorted(
         (arg_value(c, "--attention"), arg_value(c, "--learning-rate"), arg_value(c, "--seed"))
         for c in fake.calls
@@ -258,14 +262,17 @@ def test_run_suite_tunes_runs_the_seeds_then_aligns_and_times_once(tmp_path, mon
     time_call = fake.calls[-1]
     assert arg_value(time_call, "--steps") == "7" and time_call.count("--logdir") == 3
     assert all("seed0" in logdir for logdir in time_call if "lr0.03125" in logdir)
-    recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
+    recorded = json.loads((tmp_path / resumable_runs.PLAN_FILE).read_text())
     assert {c["attention"]: c["learning_rate"] for c in recorded["choices"]} == dict.fromkeys(
         bench.ATTENTIONS, 0.03125
     )
-    assert bench.read_config(tmp_path) == config
+    assert bench.RUNNER.read_options(tmp_path) == config
 
     calls = len(fake.calls)
-    assert bench.run_suite(config, Path("sick.tsv"), tmp_path, jobs=1, env={}) and len(fake.calls) == calls
+    assert (
+        bench.RUNNER.run_suite(SuiteRun(config, Path("sick.tsv"), tmp_path, jobs=1))
+        and len(fake.calls) == calls
+    )
 
 
 def test_dry_run_prints_pending_commands_and_a_root_of_other_options_is_refused(
@@ -294,8 +301,8 @@ def test_dry_run_prints_pending_commands_and_a_root_of_other_options_is_refused(
 def test_report_table_claims_and_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", FakeNLI())
     config = bench.SuiteConfig(learning_rates=(0.0625,), seeds=(0, 1))
-    assert bench.run_suite(config, Path("sick.tsv"), tmp_path, jobs=1, env={})
-    text = bench.write_report(tmp_path, config).read_text()
+    assert bench.RUNNER.run_suite(SuiteRun(config, Path("sick.tsv"), tmp_path, jobs=1))
+    text = bench.RUNNER.write_report(tmp_path, config).read_text()
     assert "| softmax | 0.0625 | 71.05 ± 0.05 (2 seeds) | 100.0 ± 0.0 (2 seeds) | n/a | n/a |" in text
     assert (
         "| sequence | 0.0625 | 70.55 ± 0.05 (2 seeds) | 12.0 ± 0.0 (2 seeds) | 8.0 | 1.50 ± 0.00 (2 seeds)"
@@ -313,7 +320,7 @@ def test_report_table_claims_and_figures(tmp_path, monkeypatch):
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
     config = bench.SuiteConfig(attentions=("softmax", "sequence"), learning_rates=(0.0625,), seeds=(0,))
-    text = bench.write_report(tmp_path / "nothing", config).read_text()
+    text = bench.RUNNER.write_report(tmp_path / "nothing", config).read_text()
     assert "0 finished runs" in text and "| sequence | 0.0625 | missing |" in text
     assert "`sequence/lr0.0625/seed0`: not started" in text and "## Figure 5" not in text
     assert "not decided (missing results)" in text
@@ -332,5 +339,5 @@ def test_step_cost_ratios_and_claims():
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args([command, "--help"])
+        bench.RUNNER.parse_args([command, "--help"])
     assert exit_info.value.code == 0 and "--root" in capsys.readouterr().out

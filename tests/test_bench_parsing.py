@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import bench_parsing as bench
+from benchmarks import resumable_runs
+from benchmarks.run_plans import RunStatus
+from benchmarks.runner_core import SuiteRun, run_rounds
 from keras_structured.run_directory import RunLock, RunLockedError
-from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
-
-bench = load_runner("bench_parsing")
+from tests.bench_fixtures import FakeCLI, arg_value
 
 COLUMNS = (
     "epoch,loss,dev_uas,dev_uas_no_punct,sentences_per_s,trees_per_sentence,one_tree_fraction,epoch_seconds"
@@ -97,8 +99,8 @@ def fake_run(
     return logdir
 
 
-def done(dev: float) -> bench.RunStatus:
-    return bench.RunStatus(finished=True, evaluated=frozenset(bench.SPLITS), dev_uas=dev)
+def done(dev: float) -> RunStatus:
+    return RunStatus(finished=True, evaluated=frozenset(bench.SPLITS), score=dev)
 
 
 # ------------------------------------------------------------------------------------------------ plan
@@ -117,21 +119,21 @@ def test_choose_learning_rate_best_mean_dev_ties_nan_and_missing():
         ]
     }
     choice = bench.choose_learning_rate("crf", ("en", "vi"), [0.001, 0.002, 0.004], 0, statuses)
-    assert choice.learning_rate == 0.002 and choice.missing == ()
+    assert choice.value == 0.002 and choice.missing == ()
     assert choice.scores[0.001] == 70.0 and math.isnan(choice.scores[0.004])
     assert not choice.at_edge()  # inside the grid
     assert bench.choose_learning_rate("crf", ("en", "vi"), [0.002, 0.004], 0, statuses).at_edge()
 
     statuses[bench.RunSpec("vi", "crf", 0.001, 0)] = done(63.0)  # mean 71.5: tie, the smaller rate wins
-    assert bench.choose_learning_rate("crf", ("en", "vi"), [0.002, 0.001], 0, statuses).learning_rate == 0.001
+    assert bench.choose_learning_rate("crf", ("en", "vi"), [0.002, 0.001], 0, statuses).value == 0.001
 
     partial = bench.choose_learning_rate("crf", ("en", "vi"), [0.001, 0.008], 0, statuses)
-    assert partial.learning_rate is None
+    assert partial.value is None
     assert partial.missing == (bench.RunSpec("en", "crf", 0.008, 0), bench.RunSpec("vi", "crf", 0.008, 0))
     assert set(partial.scores) == {0.001}
-    unfinished = {**statuses, bench.RunSpec("en", "crf", 0.008, 0): bench.RunStatus(resumable=True)}
-    assert bench.choose_learning_rate("crf", ("en",), [0.001, 0.008], 0, unfinished).learning_rate is None
-    assert bench.choose_learning_rate("crf", ("en", "vi"), [0.008], 0, {}).learning_rate == 0.008
+    unfinished = {**statuses, bench.RunSpec("en", "crf", 0.008, 0): RunStatus(resumable=True)}
+    assert bench.choose_learning_rate("crf", ("en",), [0.001, 0.008], 0, unfinished).value is None
+    assert bench.choose_learning_rate("crf", ("en", "vi"), [0.008], 0, {}).value == 0.008
 
 
 def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
@@ -148,12 +150,10 @@ def test_plan_reduced_tunes_on_en_vi_then_runs_the_rest():
         R("en", "sparsemap", 0.001, 0): done(85.0),
         R("vi", "sparsemap", 0.001, 0): done(65.0),
         R("en", "sparsemap", 0.002, 0): done(86.0),
-        R("vi", "sparsemap", 0.002, 0): bench.RunStatus(
-            finished=True, evaluated=frozenset({"dev"}), dev_uas=66.0
-        ),
+        R("vi", "sparsemap", 0.002, 0): RunStatus(finished=True, evaluated=frozenset({"dev"}), score=66.0),
         R("en", "crf", 0.001, 0): done(84.0),
-        R("vi", "crf", 0.001, 0): bench.RunStatus(resumable=True),  # crf tuning unfinished
-        R("vi", "sparsemap", 0.002, 1): bench.RunStatus(resumable=True),
+        R("vi", "crf", 0.001, 0): RunStatus(resumable=True),  # crf tuning unfinished
+        R("vi", "sparsemap", 0.002, 1): RunStatus(resumable=True),
         R("ro", "sparsemap", 0.001, 0): done(90.0),  # not planned: never at the chosen rate
     }
     plan = bench.plan_suite(config, statuses)
@@ -292,33 +292,29 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
         )
         for split in ("dev", "test")
     ]
-    commands = bench.run_commands
-    assert commands(spec, bench.RunStatus(), config, Path("/ud"), tmp_path, "py") == [
-        ("train", train),
-        *evaluate,
-    ]
-    resumed = commands(spec, bench.RunStatus(resumable=True), config, Path("/ud"), tmp_path, "py")
+    run = SuiteRun(config, Path("/ud"), tmp_path)
+    assert bench.run_commands(spec, RunStatus(), run, "py") == [("train", train), *evaluate]
+    resumed = bench.run_commands(spec, RunStatus(resumable=True), run, "py")
     assert resumed == [("train", [*train, "--resume"]), *evaluate]
-    finished = bench.RunStatus(finished=True, resumable=True, evaluated=frozenset({"dev"}))
-    assert commands(spec, finished, config, Path("/ud"), tmp_path, "py") == evaluate[1:]
-    assert commands(spec, done(1.0), config, Path("/ud"), tmp_path, "py") == []
+    finished = RunStatus(finished=True, resumable=True, evaluated=frozenset({"dev"}))
+    assert bench.run_commands(spec, finished, run, "py") == evaluate[1:]
+    assert bench.run_commands(spec, done(1.0), run, "py") == []
 
 
 def test_a_run_stopped_early_before_min_epochs_is_extended(tmp_path):
     logdir = fake_run(tmp_path, "vi", "crf", 0.002, 0)
-    assert bench.read_status(logdir).finished  # ran all its epochs
+    assert bench.LAYOUT.read_status(logdir).finished  # ran all its epochs
     final = json.loads((logdir / "final.json").read_text())
     (logdir / "final.json").write_text(json.dumps({**final, "stopped_early": True}))
-    status = bench.read_status(logdir)
+    status = bench.LAYOUT.read_status(logdir)
     assert not status.finished and status.resumable
-    steps = bench.run_commands(
-        bench.RunSpec("vi", "crf", 0.002, 0), status, bench.SuiteConfig(), Path("/ud"), tmp_path
-    )
+    run = SuiteRun(bench.SuiteConfig(), Path("/ud"), tmp_path)
+    steps = bench.run_commands(bench.RunSpec("vi", "crf", 0.002, 0), status, run)
     assert [kind for kind, _ in steps] == ["train", "eval", "eval"]
     assert "--resume" in steps[0][1] and "--min-epochs" in steps[0][1]
     config = json.loads((logdir / "config.json").read_text())
     (logdir / "config.json").write_text(json.dumps({**config, "min_epochs": bench.MIN_EPOCHS}))
-    assert bench.read_status(logdir).finished  # already trained under the suite's rule
+    assert bench.LAYOUT.read_status(logdir).finished  # already trained under the suite's rule
 
 
 def test_scan_statuses_reads_the_logdirs(tmp_path):
@@ -326,19 +322,15 @@ def test_scan_statuses_reads_the_logdirs(tmp_path):
     fake_run(tmp_path, "vi", "hinge", 0.0005, 1, finished=False)
     (tmp_path / "vi" / "hinge" / "lr0.001" / "seed0").mkdir(parents=True)  # empty: a fresh start
     (tmp_path / "figures").mkdir()  # not a run
-    statuses = bench.scan_statuses(tmp_path)
+    statuses = bench.LAYOUT.scan(tmp_path)
     assert set(statuses) == {
         bench.RunSpec("en", "crf", 0.002, 0),
         bench.RunSpec("vi", "hinge", 0.0005, 1),
         bench.RunSpec("vi", "hinge", 0.001, 0),
     }
-    assert statuses[bench.RunSpec("en", "crf", 0.002, 0)] == bench.RunStatus(
-        True, True, frozenset({"dev"}), 81.5
-    )
+    assert statuses[bench.RunSpec("en", "crf", 0.002, 0)] == RunStatus(True, True, frozenset({"dev"}), 81.5)
     partial = statuses[bench.RunSpec("vi", "hinge", 0.0005, 1)]
-    assert (
-        partial.resumable and not partial.finished and not partial.evaluated and math.isnan(partial.dev_uas)
-    )
+    assert partial.resumable and not partial.finished and not partial.evaluated and math.isnan(partial.score)
     empty = statuses[bench.RunSpec("vi", "hinge", 0.001, 0)]
     assert not empty.finished and not empty.resumable
 
@@ -398,16 +390,16 @@ def test_dry_run_full_grid_waits_for_tuning(tmp_path, capsys):
 
 
 def test_run_refuses_a_root_of_other_training_options(tmp_path, capsys):
-    (tmp_path / bench.PLAN_FILE).write_text(
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(
         json.dumps({"config": {"train_args": list(bench.QUICK_TRAIN_ARGS)}})
     )
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
     assert "other options" in capsys.readouterr().err
     # a suite of the parser's earlier configuration (no parser options recorded) is refused too
-    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"config": {"train_args": []}}))
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": {"train_args": []}}))
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
     assert "parser_args" in capsys.readouterr().err
-    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"config": bench.SuiteConfig().to_json()}))
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": bench.SuiteConfig().to_json()}))
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 0
 
 
@@ -461,7 +453,7 @@ def build_suite(root: Path) -> bench.SuiteConfig:
 
 def test_report_tables_missing_verdict_and_figures(tmp_path):
     config = build_suite(tmp_path)
-    text = bench.write_report(tmp_path, config).read_text()
+    text = bench.RUNNER.write_report(tmp_path, config).read_text()
 
     with_punct = text.split("**Test UAS (%), punctuation included**")[1].split("**Test UAS")[0]
     rows = {
@@ -519,8 +511,10 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
 def test_report_verdict_flips_when_sparsemap_wins_most(tmp_path):
     config = build_suite(tmp_path)
     fake_run(tmp_path, "ro", "hinge", 0.002, 0, test=87.9)
-    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"config": config.to_json()}))  # report reads it
-    text = bench.write_report(tmp_path).read_text()
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(
+        json.dumps({"config": config.to_json()})
+    )  # report reads it
+    text = bench.RUNNER.write_report(tmp_path).read_text()
     assert "Yes: the SparseMAP losses" in text and "on 2 of the 3 languages with all results (en, ro)" in text
     assert "ro/hinge" not in text.split("## Missing runs")[1].split("##")[0]
 
@@ -539,7 +533,7 @@ def test_sparsemap_verdict_rules():
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
     config = bench.SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(0.002,), seeds=(0,))
-    text = bench.write_report(tmp_path / "nothing", config).read_text()
+    text = bench.RUNNER.write_report(tmp_path / "nothing", config).read_text()
     assert "0 finished runs" in text and "| vi | missing |" in text and "Not decided" in text
     assert "`vi/crf/lr0.002/seed0`: not started" in text and "## Figures" not in text
 
@@ -591,31 +585,30 @@ def test_execute_resumes_accumulates_wall_time_and_reads_eval_output(tmp_path, m
     config = bench.SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(0.002,), seeds=(0,))
     spec = bench.RunSpec("vi", "crf", 0.002, 0)
     logdir = spec.logdir(tmp_path)
+    run = SuiteRun(config, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
 
     failing = FakeParser(train_exit=1)
     monkeypatch.setattr(subprocess, "run", failing)
-    assert not bench.execute(spec, config, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
+    assert not bench.RUNNER.execute(spec, run)
     assert len(failing.calls) == 1 and "--resume" not in failing.calls[0]
-    status = bench.read_status(logdir)
+    status = bench.LAYOUT.read_status(logdir)
     assert status.resumable and not status.finished and not (logdir / "eval_dev.json").exists()
 
     fake = FakeParser(write_eval=False)  # evaluate prints its JSON line only: the runner writes the file
     monkeypatch.setattr(subprocess, "run", fake)
-    assert bench.execute(spec, config, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
+    assert bench.RUNNER.execute(spec, run)
     assert "--resume" in fake.calls[0] and [c[3] for c in fake.calls] == ["train", "evaluate", "evaluate"]
     assert json.loads((logdir / "eval_test.json").read_text())["uas"] == 75.0
     assert (logdir / "bench_train.log").is_file()
     state = json.loads((logdir / resumable_runs.STATE_FILE).read_text())
     assert state["sessions"] == 2 and state["threads"] == 2 and set(state["eval_wall_s"]) == {"dev", "test"}
 
-    assert (
-        bench.execute(spec, config, Path("/ud"), tmp_path, {}) and len(fake.calls) == 3
-    )  # finished: skipped
+    assert bench.RUNNER.execute(spec, run) and len(fake.calls) == 3  # finished: skipped
 
     stale = bench.RunSpec("vi", "crf", 0.002, 1)
     stale.logdir(tmp_path).mkdir(parents=True)
     (stale.logdir(tmp_path) / "stale.txt").write_text("")  # partial without a checkpoint: afresh
-    assert bench.execute(stale, config, Path("/ud"), tmp_path, {})
+    assert bench.RUNNER.execute(stale, run)
     assert "--resume" not in fake.calls[3] and not (stale.logdir(tmp_path) / "stale.txt").exists()
 
 
@@ -625,7 +618,7 @@ def test_run_suite_tunes_then_runs_the_chosen_rate(tmp_path, monkeypatch):
     config = bench.SuiteConfig(
         languages=("ro",), losses=("crf",), learning_rates=(0.001, 0.004), seeds=(0, 1)
     )
-    assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=2, env={})
+    assert bench.RUNNER.run_suite(SuiteRun(config, Path("/ud"), tmp_path, jobs=2))
     trained = sorted(
         (
             c[c.index("--treebank") + 1].split("/")[-1],
@@ -641,15 +634,15 @@ def test_run_suite_tunes_then_runs_the_chosen_rate(tmp_path, monkeypatch):
         ("vi_vtb-2.0", "0.004", "0"),
         ("vi_vtb-2.0", "0.004", "1"),
     ]
-    recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
+    recorded = json.loads((tmp_path / resumable_runs.PLAN_FILE).read_text())
     assert recorded["choices"][0]["learning_rate"] == 0.004
-    assert bench.read_config(tmp_path) == config
+    assert bench.RUNNER.read_options(tmp_path) == config
 
 
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args([command, "--help"])
+        bench.RUNNER.parse_args([command, "--help"])
     assert exit_info.value.code == 0 and "--root" in capsys.readouterr().out
 
 
@@ -658,7 +651,7 @@ def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
     spec = bench.RunSpec("vi", "crf", 0.002, 0)
     fake = FakeParser(processes_to_finish=3)
     monkeypatch.setattr(subprocess, "run", fake)
-    assert bench.execute(spec, config, Path("/ud"), tmp_path, {})
+    assert bench.RUNNER.execute(spec, SuiteRun(config, Path("/ud"), tmp_path))
     trains = [call for call in fake.calls if call[3] == "train"]
     assert len(trains) == 3 and "--resume" not in trains[0] and all("--resume" in c for c in trains[1:])
     assert json.loads((spec.logdir(tmp_path) / resumable_runs.STATE_FILE).read_text())["sessions"] == 3
@@ -666,20 +659,20 @@ def test_execute_resumes_a_run_stopped_by_the_time_limit(tmp_path, monkeypatch):
 
 def test_a_best_rate_at_the_end_of_the_grid_widens_it():
     R = bench.RunSpec
-    done = lambda uas: bench.RunStatus(finished=True, dev_uas=uas)  # noqa: E731
+    done = lambda uas: RunStatus(finished=True, score=uas)  # noqa: E731
     grid = (0.001, 0.002, 0.004)
     statuses = {R("vi", "crf", lr, 0): done(uas) for lr, uas in zip(grid, (60.0, 62.0, 65.0), strict=True)}
     choice = bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses)
-    assert choice.learning_rate is None and choice.missing == (R("vi", "crf", 0.008, 0),)
+    assert choice.value is None and choice.missing == (R("vi", "crf", 0.008, 0),)
     config = bench.SuiteConfig(
         languages=("vi",), losses=("crf",), learning_rates=grid, seeds=(0,), tune_languages=("vi",)
     )
     assert R("vi", "crf", 0.008, 0) in bench.plan_suite(config, statuses).start
     statuses[R("vi", "crf", 0.008, 0)] = done(64.0)  # worse: 0.004 is chosen, inside the grid now
-    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).learning_rate == 0.004
+    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).value == 0.004
     statuses[R("vi", "crf", 0.008, 0)] = done(66.0)  # better again: widened once more, then at most twice
     statuses[R("vi", "crf", 0.016, 0)] = done(67.0)
-    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).learning_rate == 0.016
+    assert bench.choose_learning_rate("crf", ["vi"], grid, 0, statuses).value == 0.016
 
 
 def test_run_suite_times_the_sparsemap_and_crf_runs_side_by_side_once(tmp_path, monkeypatch):
@@ -688,14 +681,14 @@ def test_run_suite_times_the_sparsemap_and_crf_runs_side_by_side_once(tmp_path, 
     config = bench.SuiteConfig(
         languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
     )
-    assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+    assert bench.RUNNER.run_suite(SuiteRun(config, Path("/ud"), tmp_path, jobs=1))
     times = [call for call in fake.calls if call[3] == "time"]
     assert len(times) == 1 and times[0].count("--logdir") == 2
     assert arg_value(times[0], "--steps") == str(bench.TIMING_STEPS)
     assert arg_value(times[0], "--output") == str(tmp_path / "vi" / bench.TIMING_FILE)
-    assert bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+    assert bench.RUNNER.run_suite(SuiteRun(config, Path("/ud"), tmp_path, jobs=1))
     assert sum(call[3] == "time" for call in fake.calls) == 1  # the timings hold these runs: skipped
-    report = bench.write_report(tmp_path, config).read_text()
+    report = bench.RUNNER.write_report(tmp_path, config).read_text()
     assert "| vi | last checkpoints | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
 
 
@@ -704,7 +697,7 @@ def test_a_second_runner_on_the_same_suite_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(languages=("vi",), losses=("sparsemap",), learning_rates=(0.002,), seeds=(0,))
     with RunLock(tmp_path), pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
-        bench.run_suite(config, Path("/ud"), tmp_path, jobs=1, env={})
+        bench.RUNNER.run_suite(SuiteRun(config, Path("/ud"), tmp_path, jobs=1))
     assert fake.calls == [] and not (tmp_path / "vi").exists()
 
 
@@ -714,17 +707,18 @@ def test_timed_runs_without_checkpoints_are_timed_through_replicas(tmp_path, mon
     config = bench.SuiteConfig(
         languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
     )
-    plan, _ = bench.run_rounds(
+    run = SuiteRun(config, Path("/ud"), tmp_path, jobs=2)
+    plan, _ = run_rounds(
         tmp_path,
-        lambda: bench.plan_suite(config, bench.scan_statuses(tmp_path)),
-        lambda spec: bench.execute(spec, config, Path("/ud"), tmp_path, {}),
+        lambda: bench.plan_suite(config, bench.LAYOUT.scan(tmp_path)),
+        lambda spec: bench.RUNNER.execute(spec, run),
         1,
         "",
     )
     for spec in bench.timed_runs(plan, tmp_path, "vi"):  # a new machine: the checkpoints are gone
         shutil.rmtree(spec.logdir(tmp_path) / bench.CHECKPOINT_DIR)
     fake.calls.clear()
-    assert bench.time_runs(plan, Path("/ud"), tmp_path, 2, {})
+    assert bench.time_runs(plan, run)
     trains = [call for call in fake.calls if call[3] == "train"]
     replicas = {
         str(spec.logdir(tmp_path / bench.REPLICA_DIR)) for spec in bench.timed_runs(plan, tmp_path, "vi")
@@ -735,9 +729,9 @@ def test_timed_runs_without_checkpoints_are_timed_through_replicas(tmp_path, mon
     assert (
         len(times) == 1 and {times[0][i + 1] for i, a in enumerate(times[0]) if a == "--logdir"} == replicas
     )
-    assert bench.time_runs(plan, Path("/ud"), tmp_path, 2, {}) and len(fake.calls) == 3  # timed: skipped
-    assert bench.scan_statuses(tmp_path).keys() == {*plan.done}  # replicas are not runs of the suite
-    report = bench.write_report(tmp_path, config).read_text()
+    assert bench.time_runs(plan, run) and len(fake.calls) == 3  # timed: skipped
+    assert bench.LAYOUT.scan(tmp_path).keys() == {*plan.done}  # replicas are not runs of the suite
+    report = bench.RUNNER.write_report(tmp_path, config).read_text()
     assert f"| vi | replicas, {bench.REPLICA_EPOCHS} epochs | 1.0 | n/a | 1.0 | 1.20 | yes |" in report
 
 
@@ -745,5 +739,5 @@ def test_no_timing_until_the_sparsemap_and_crf_runs_are_finished(tmp_path):
     config = bench.SuiteConfig(
         languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0,)
     )
-    plan = bench.plan_suite(config, bench.scan_statuses(tmp_path))
+    plan = bench.plan_suite(config, bench.LAYOUT.scan(tmp_path))
     assert bench.timed_runs(plan, tmp_path, "vi") == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_fixtures import resumable_runs
+from benchmarks import resumable_runs
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 RUN = "bench_parsing/en/crf/lr0.008/seed0"

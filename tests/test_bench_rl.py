@@ -15,10 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.bench_fixtures import load_runner
-from tests.benchmark_modules import load_benchmark
-
-bench = load_runner("bench_rl")
+from benchmarks import bench_rl as bench
 
 COLUMNS = [
     "global_step",
@@ -293,7 +290,8 @@ def test_throughput_section_ratios():
 
 
 def test_sb3_reference_without_torch(monkeypatch):
-    reference = load_benchmark("sb3_ppo_reference")
+    from benchmarks import sb3_ppo_reference as reference
+
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
     with pytest.raises(ImportError, match="rl-bench"):
@@ -309,7 +307,8 @@ def test_suite_has_two_mujoco_tasks_outside_the_tuned_ones(capsys):
 
 
 def test_vector_benchmark_prints_sync_async_and_their_ratio(capsys):
-    vector = load_benchmark("bench_rl_vector")
+    from benchmarks import bench_rl_vector as vector
+
     vector.main(["--envs", "CartPole-v1", "--num-envs", "2", "--seconds", "0.2", "--warmup", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-3] == "| env | num_envs | sync steps/s | async steps/s | async / sync |"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from tests.benchmark_modules import load_benchmark
-
-bench_sizes = load_benchmark("bench_sizes")
+from benchmarks import bench_sizes
 
 
 def test_distribution_table_on_small_problems(capsys):

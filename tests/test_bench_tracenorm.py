@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks import bench_tracenorm as bench
+from benchmarks import resumable_runs
+from benchmarks.run_plans import RunStatus
+from benchmarks.runner_core import SuiteRun
 from keras_structured.applications.parsing.tracenorm import PROGRESS_COLUMNS
-from tests.bench_fixtures import FakeCLI, arg_value, load_runner, resumable_runs
+from tests.bench_fixtures import FakeCLI, arg_value
 
-bench = load_runner("bench_tracenorm")
 R = bench.RunSpec
 SMALL = bench.Protocol(
     Cs=(10.0, 20.0, 40.0),
@@ -108,8 +111,8 @@ def fake_run(
     return logdir
 
 
-def done(dev: float, evaluated=("test",)) -> bench.RunStatus:
-    return bench.RunStatus(finished=True, evaluated=frozenset(evaluated), dev_uas=dev)
+def done(dev: float, evaluated=("test",)) -> RunStatus:
+    return RunStatus(finished=True, evaluated=frozenset(evaluated), score=dev)
 
 
 # ------------------------------------------------------------------------------------------------ plan
@@ -136,7 +139,7 @@ def test_choose_best_dev_ties_nan_missing_and_widening():
     choice = bench.choose("frobenius", "vi", (1e-5, 1e-4, 1e-3), mus, max_widenings=2, factor=10)
     assert choice.value is None and choice.missing == (R("frobenius", "vi", 1e-2),)
     assert bench.choose("sparsemap", "vi", (20.0,), {}).value == 20.0
-    unfinished = {R("sparsemap", "vi", 10.0): bench.RunStatus(resumable=True)}
+    unfinished = {R("sparsemap", "vi", 10.0): RunStatus(resumable=True)}
     assert bench.choose("sparsemap", "vi", (10.0, 20.0), unfinished).missing == (
         R("sparsemap", "vi", 10.0),
         R("sparsemap", "vi", 20.0),
@@ -147,9 +150,9 @@ def test_plan_is_pure_resumes_and_waits_for_C():
     statuses = {
         R("sparsemap", "vi", 10.0): done(60.0),
         R("sparsemap", "vi", 20.0): done(62.0, evaluated=()),  # trained, test not evaluated
-        R("sparsemap", "vi", 40.0): bench.RunStatus(resumable=True),  # a checkpoint
+        R("sparsemap", "vi", 40.0): RunStatus(resumable=True),  # a checkpoint
         R("dim", "vi", 16.0): done(30.0, evaluated=()),  # d runs need no evaluation
-        R("frobenius", "vi", 1e-4): bench.RunStatus(resumable=True),  # never resumed: started afresh
+        R("frobenius", "vi", 1e-4): RunStatus(resumable=True),  # never resumed: started afresh
     }
     plan = bench.plan_suite(SMALL, statuses)
     assert plan == bench.plan_suite(SMALL, dict(statuses))  # pure
@@ -191,18 +194,18 @@ def test_scan_statuses_reads_the_logdirs(tmp_path):
     (tmp_path / "vi" / "hinge" / "C20").mkdir(parents=True)  # empty: a fresh start
     (tmp_path / "vi" / "hinge" / "junk").mkdir()  # not a run
     (tmp_path / "figures" / "vi-sparsemap-C20").mkdir(parents=True)  # not a run
-    statuses = bench.scan_statuses(tmp_path)
+    statuses = bench.LAYOUT.scan(tmp_path)
     assert set(statuses) == {
         R("sparsemap", "vi", 20.0),
         R("stochastic", "en", 10.0),
         R("frobenius", "vi", 1e-4),
         R("hinge", "vi", 20.0),
     }
-    assert statuses[R("sparsemap", "vi", 20.0)] == bench.RunStatus(True, True, frozenset(), 61.5)
+    assert statuses[R("sparsemap", "vi", 20.0)] == RunStatus(True, True, frozenset(), 61.5)
     partial = statuses[R("stochastic", "en", 10.0)]
-    assert partial.resumable and not partial.finished and math.isnan(partial.dev_uas)
+    assert partial.resumable and not partial.finished and math.isnan(partial.score)
     assert statuses[R("frobenius", "vi", 1e-4)].evaluated == {"dev", "test"}
-    assert statuses[R("hinge", "vi", 20.0)] == bench.RunStatus()
+    assert statuses[R("hinge", "vi", 20.0)] == RunStatus()
     assert R("dim", "vi", 65536.0).logdir(tmp_path) == tmp_path / "vi" / "dim" / "d65536"
     assert R("frobenius", "vi", 1e-05).label == "mu1e-05"
 
@@ -268,17 +271,16 @@ def test_commands_of_each_kind(tmp_path):
         "eval",
         ["py", example, "evaluate", "--logdir", str(spec.logdir(tmp_path)), "--split", "test"],
     )
-    steps = bench.run_commands(spec, bench.RunStatus(), SMALL, data, tmp_path, python="py")
+    run = SuiteRun(SMALL, data, tmp_path)
+    steps = bench.run_commands(spec, RunStatus(), run, python="py")
     assert steps == [("train", argv(spec)), evaluate]
-    resumed = bench.run_commands(spec, bench.RunStatus(resumable=True), SMALL, data, tmp_path, python="py")
+    resumed = bench.run_commands(spec, RunStatus(resumable=True), run, python="py")
     assert resumed == steps  # train resumes from the logdir's checkpoint by itself
-    trained = bench.run_commands(spec, done(60.0, ()), SMALL, data, tmp_path, python="py")
+    trained = bench.run_commands(spec, done(60.0, ()), run, python="py")
     assert trained == [evaluate]
-    assert bench.run_commands(spec, done(60.0), SMALL, data, tmp_path) == []
-    assert bench.run_commands(R("dim", "vi", 16.0), done(1.0, ()), SMALL, data, tmp_path) == []
-    assert [
-        k for k, _ in bench.run_commands(R("frobenius", "vi", 1e-4), bench.RunStatus(), SMALL, data, tmp_path)
-    ] == ["train"]
+    assert bench.run_commands(spec, done(60.0), run) == []
+    assert bench.run_commands(R("dim", "vi", 16.0), done(1.0, ()), run) == []
+    assert [k for k, _ in bench.run_commands(R("frobenius", "vi", 1e-4), RunStatus(), run)] == ["train"]
 
 
 # --------------------------------------------------------------------------------------------- execute
@@ -325,18 +327,19 @@ class FakeTracenorm(FakeCLI):
 def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, monkeypatch):
     spec = R("sparsemap", "vi", 20.0)
     logdir = spec.logdir(tmp_path)
+    run = SuiteRun(SMALL, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
     failing = FakeTracenorm(train_exit=1)
     monkeypatch.setattr(subprocess, "run", failing)
-    assert not bench.execute(spec, SMALL, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
+    assert not bench.RUNNER.execute(spec, run)
     assert len(failing.calls) == 1
-    status = bench.read_status(logdir)
+    status = bench.LAYOUT.read_status(logdir)
     assert status.resumable and not status.finished and not (logdir / "eval_test.json").exists()
 
     # evaluate prints its JSON (the runner writes it); the first process stops at its time limit
     fake = FakeTracenorm(write_eval=False, processes_to_finish=2)
     monkeypatch.setattr(subprocess, "run", fake)
     (logdir / "keep.txt").write_text("")
-    assert bench.execute(spec, SMALL, Path("/ud"), tmp_path, {"OMP_NUM_THREADS": "2"})
+    assert bench.RUNNER.execute(spec, run)
     assert [c[2] for c in fake.calls] == [
         "train",
         "train",
@@ -348,12 +351,12 @@ def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, m
     assert state["sessions"] == 3 and state["threads"] == 2 and set(state["eval_wall_s"]) == {"test"}
     assert (logdir / resumable_runs.TRAIN_LOG).is_file()
 
-    assert bench.execute(spec, SMALL, Path("/ud"), tmp_path, {}) and len(fake.calls) == 3  # finished: skipped
+    assert bench.RUNNER.execute(spec, run) and len(fake.calls) == 3  # finished: skipped
 
     stale = R("frobenius", "vi", 1e-4)
     stale.logdir(tmp_path).mkdir(parents=True)
     (stale.logdir(tmp_path) / "checkpoint.npz").write_bytes(b"")  # the baseline never resumes: afresh
-    assert bench.execute(stale, SMALL, Path("/ud"), tmp_path, {})
+    assert bench.RUNNER.execute(stale, run)
     assert not (stale.logdir(tmp_path) / "checkpoint.npz").exists()
     assert [c[2] for c in fake.calls[3:]] == ["frobenius"]  # it evaluates itself
 
@@ -361,7 +364,7 @@ def test_execute_resumes_after_time_limits_and_accumulates_wall_time(tmp_path, m
 def test_run_suite_sweeps_then_runs_the_chosen_C(tmp_path, monkeypatch):
     fake = FakeTracenorm()
     monkeypatch.setattr(subprocess, "run", fake)
-    assert bench.run_suite(SMALL, Path("/ud"), tmp_path, jobs=2, env={})
+    assert bench.RUNNER.run_suite(SuiteRun(SMALL, Path("/ud"), tmp_path, jobs=2))
     trained = [
         (c[2], c[c.index("--logdir") + 1].removeprefix(str(tmp_path) + "/"))
         for c in fake.calls
@@ -376,11 +379,11 @@ def test_run_suite_sweeps_then_runs_the_chosen_C(tmp_path, monkeypatch):
         c[c.index("--logdir") + 1].removeprefix(str(tmp_path) + "/") for c in fake.calls if c[2] == "evaluate"
     )
     assert evaluated == sorted([f"vi/sparsemap/C{C}" for C in (10, 20, 40)] + at_chosen_C)
-    recorded = json.loads((tmp_path / bench.PLAN_FILE).read_text())
+    recorded = json.loads((tmp_path / resumable_runs.PLAN_FILE).read_text())
     assert recorded["choices"]["C"]["value"] == 20.0 and recorded["choices"]["mu"]["value"] == 1e-4
-    assert bench.read_protocol(tmp_path) == SMALL
+    assert bench.RUNNER.read_options(tmp_path) == SMALL
     calls = len(fake.calls)
-    assert bench.run_suite(SMALL, Path("/ud"), tmp_path, jobs=1, env={}) and len(fake.calls) == calls
+    assert bench.RUNNER.run_suite(SuiteRun(SMALL, Path("/ud"), tmp_path, jobs=1)) and len(fake.calls) == calls
 
 
 def test_dry_run_prints_pending_commands_and_writes_nothing(tmp_path, capsys):
@@ -401,7 +404,7 @@ def test_dry_run_prints_pending_commands_and_writes_nothing(tmp_path, capsys):
 
 
 def test_run_refuses_a_root_of_another_protocol(tmp_path, capsys):
-    (tmp_path / bench.PLAN_FILE).write_text(json.dumps({"protocol": bench.QUICK.to_json()}))
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"protocol": bench.QUICK.to_json()}))
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
     assert "another protocol" in capsys.readouterr().err
     assert bench.main(["run", "--quick", "--root", str(tmp_path), "--dry-run"]) == 0
@@ -410,7 +413,7 @@ def test_run_refuses_a_root_of_another_protocol(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench.parse_args([command, "--help"])
+        bench.RUNNER.parse_args([command, "--help"])
     assert exit_info.value.code == 0 and "--root" in capsys.readouterr().out
 
 
@@ -436,7 +439,7 @@ def test_report_tables_and_missing_runs(tmp_path, monkeypatch):
     fake_run(tmp_path, "frobenius", "vi", 1e-3, dev=57.0, steps=5)
     fake_run(tmp_path, "dim", "vi", 16.0, steps=4, peak=700.0)
     fake_run(tmp_path, "dim", "vi", 32.0, steps=4, peak=710.0, finished=False)
-    text = bench.write_report(tmp_path, SMALL).read_text()
+    text = bench.RUNNER.write_report(tmp_path, SMALL).read_text()
 
     assert "C (vi, SparseMAP loss, by final dev UAS): 20 (dev UAS 63.00; grid 10, 20, 40)" in text
     assert "mu of the Frobenius baseline (vi, by dev UAS): 0.001 (dev UAS 57.00; grid 0.0001, 0.001;" in text
@@ -484,7 +487,7 @@ def test_report_figures(tmp_path):
     own = R("sparsemap", "vi", 20.0).logdir(tmp_path)
     for name in ("rank", "objective_gap"):  # as train writes them: linked, not plotted again
         (own / f"{name}.png").write_bytes(b"\x89PNG")
-    text = bench.write_report(tmp_path, SMALL).read_text()
+    text = bench.RUNNER.write_report(tmp_path, SMALL).read_text()
     names = ("uas_vs_C", "sweep_curves", "en_curves", "comparison_curves", "time_memory_vs_d")
     names += ("vi-hinge-C20/rank",)
     for name in names:
@@ -497,7 +500,7 @@ def test_report_figures(tmp_path):
 
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
-    text = bench.write_report(tmp_path / "nothing", SMALL).read_text()
+    text = bench.RUNNER.write_report(tmp_path / "nothing", SMALL).read_text()
     assert "0 finished runs" in text and "## Figures" not in text
     assert "`vi/sparsemap/C10`: not started" in text and "`vi/hinge`: waits for the choice of C" in text
     assert (

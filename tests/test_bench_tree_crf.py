@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import bench_tree_crf as bench
 from keras_structured.ops import tree_crf_log_partition
-from tests.benchmark_modules import load_benchmark
-
-bench = load_benchmark("bench_tree_crf")
 
 
 def test_the_slogdet_baseline_is_the_matrix_tree_log_partition_on_benign_scores():

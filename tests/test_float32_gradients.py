@@ -21,10 +21,9 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
+from benchmarks import bench_sizes
 from keras_structured.engine import DependencyTreeStructure
-from tests.benchmark_modules import load_benchmark
 
-bench_sizes = load_benchmark("bench_sizes")
 CASES = bench_sizes.gradient_cases()
 BATCH = bench_sizes.GRADIENT_BATCH
 TREE = DependencyTreeStructure()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.benchmark_modules import load_benchmark
+from benchmarks import parser_loss_plateau as plateau
 
-plateau = load_benchmark("parser_loss_plateau")
 SAMPLE = Path(__file__).parent / "data" / "en_ewt_sample.conllu"
 
 
