@@ -25,7 +25,7 @@ repository root as ``python benchmarks/bench_rl.py`` or ``python -m benchmarks.b
 Example:
     python benchmarks/bench_rl.py run --jobs 2
     python benchmarks/bench_rl.py run --tasks CartPole-v1 --seeds 0 --steps-scale 0.02 --root runs/smoke
-    python benchmarks/bench_rl.py report --root runs/bench_rl
+    python benchmarks/bench_rl.py report --root benchmarks/results/bench_rl
     python benchmarks/bench_rl.py throughput --steps 20480
 """
 
@@ -664,7 +664,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     thr.add_argument("--threads", type=int, default=1, help="CPU threads per process (torch / TensorFlow)")
     thr.add_argument("--seed", type=int, default=0)
     for p in (run, report, thr):
-        p.add_argument("--root", type=Path, default=Path("runs/bench_rl"), help="directory of the runs")
+        p.add_argument(
+            "--root", type=Path, default=Path("benchmarks/results/bench_rl"), help="directory of the runs"
+        )
     return parser.parse_args(argv)
 
 

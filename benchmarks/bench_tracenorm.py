@@ -86,7 +86,7 @@ Example:
     python benchmarks/bench_tracenorm.py run --quick
     python benchmarks/bench_tracenorm.py run --dry-run
     python benchmarks/bench_tracenorm.py run --jobs 1
-    python benchmarks/bench_tracenorm.py report --root runs/bench_tracenorm
+    python benchmarks/bench_tracenorm.py report --root benchmarks/results/bench_tracenorm
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ SEED = 0
 SLOPE_FROM_STEP = 10
 
 DEFAULT_DATA = shared_data("ud")
-DEFAULT_ROOT, QUICK_ROOT = Path("runs/bench_tracenorm"), Path("runs/bench_tracenorm_quick")
+DEFAULT_ROOT, QUICK_ROOT = Path("benchmarks/results/bench_tracenorm"), Path("runs/bench_tracenorm_quick")
 CHECKPOINT_FILE = "checkpoint.npz"
 #: The logdirs under the root: ``{language}/{kind}/{label}``.
 LOGDIRS = "*/*/*"
