@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import os
 import pathlib
+import runpy
 import shutil
 import subprocess
 import sys
@@ -17,11 +18,20 @@ import numpy as np
 SAMPLE_CONLLU = pathlib.Path(__file__).parent / "data" / "en_ewt_sample.conllu"
 
 
-def sample_treebank(folder: pathlib.Path) -> pathlib.Path:
-    """A treebank folder (created) whose three splits are the 30-sentence sample."""
+def sample_treebank(folder: pathlib.Path, dev_sentences: int | None = None) -> pathlib.Path:
+    """A treebank folder (created) whose three splits are the 30-sentence sample.
+
+    Args:
+        folder: the folder to create.
+        dev_sentences: the dev split is the sample's first ``dev_sentences`` sentences (all
+            by default); each epoch of a run parses the dev split.
+    """
     folder.mkdir(parents=True)
     for split in ("train", "dev", "test"):
         shutil.copy(SAMPLE_CONLLU, folder / f"en_sample-ud-{split}.conllu")
+    if dev_sentences is not None:
+        sentences = SAMPLE_CONLLU.read_text().strip().split("\n\n")[:dev_sentences]
+        (folder / "en_sample-ud-dev.conllu").write_text("\n\n".join(sentences) + "\n\n")
     return folder
 
 
@@ -110,3 +120,33 @@ def main_in_new_process(package: str, *argvs: Sequence[str]) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=300
     )
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def run_script(path: str | os.PathLike, *args: str) -> None:
+    """Runs the program ``path`` as ``python path args`` does, but in this process (TensorFlow
+    is imported already): as ``__main__``, with ``sys.argv`` set and the program's folder first
+    on ``sys.path``; both, and Keras's dtype policy, are restored afterwards. Its output goes to
+    this process's stdout (pytest's ``capsys``).
+
+    Args:
+        path: the script.
+        *args: its command-line arguments.
+
+    Raises:
+        SystemExit: the program exited with a status other than 0.
+    """
+    import keras
+
+    path = str(path)
+    argv, sys_path, policy = sys.argv, list(sys.path), keras.config.dtype_policy()
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            raise
+    finally:
+        sys.argv = argv
+        sys.path[:] = sys_path
+        keras.config.set_dtype_policy(policy)

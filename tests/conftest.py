@@ -28,6 +28,9 @@ APPLICATION_MODULES = (
     "test_training_runs",
 )
 APPLICATION_PACKAGES = (ROOT / "keras_structured" / "applications", ROOT / "rl")
+# Programs that tests run in subprocesses, not modules: ``--doctest-modules`` would import them,
+# and one trains a model at import (4 s in every worker).
+collect_ignore = ["scripts"]
 
 
 def _is_application(path: Path) -> bool:

@@ -1,13 +1,14 @@
-"""Smoke tests: the projection examples run end to end and their constraints hold on the test set."""
+"""Smoke tests: the projection examples run end to end (as ``__main__``, in this process) and their
+constraints hold on the test set."""
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli_runs import run_script
 from tests.shared_data import requires_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,17 +16,10 @@ EXAMPLES = ROOT / "examples"
 
 
 def _run(script: str, *args: str) -> str:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return proc.stdout
+    """The output of ``python examples/SCRIPT ARGS``, run in this process (``run_script``)."""
+    with contextlib.redirect_stdout(io.StringIO()) as output:
+        run_script(EXAMPLES / script, *args)
+    return output.getvalue()
 
 
 def _table_row(output: str, model: str) -> list[str]:

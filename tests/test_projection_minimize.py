@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +14,7 @@ from keras_structured.projections.minimize import (
     minimize,
     projected_interpolation_descent,
 )
+from tests.cli_runs import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,16 +122,10 @@ def test_default_step_size_and_validation():
 
 
 @pytest.mark.application
-def test_example_script_runs(tmp_path):
-    script = os.path.join(ROOT, "examples", "projection_toy.py")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    result = subprocess.run(
-        [sys.executable, script, "--steps", "50", "--out-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
+def test_example_script_runs(tmp_path, capsys):
+    """``python examples/projection_toy.py``, run in this process (``tests.cli_runs.run_script``)."""
+    run_script(
+        os.path.join(ROOT, "examples", "projection_toy.py"), "--steps", "50", "--out-dir", str(tmp_path)
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert sorted(os.listdir(tmp_path)) == ["entropy.png", "l2_ball.png", "polytope.png"]
-    assert result.stdout.count("fitted log-log slope") == 3
+    assert capsys.readouterr().out.count("fitted log-log slope") == 3

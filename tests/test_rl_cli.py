@@ -1,4 +1,7 @@
-"""``python -m rl`` in subprocesses: train (CartPole, Pendulum), evaluate, plot, resume, errors."""
+"""``python -m rl``: train (CartPole, Pendulum), evaluate, plot, resume, errors.
+
+The CartPole run, its resume and ``--help`` run in subprocesses, as a user runs them; the
+other commands call the same ``main`` in this process (TensorFlow is imported already)."""
 
 import csv
 import json
@@ -9,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rl.cli import main
 from rl.logger import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +36,12 @@ def _rows(logdir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """CartPole trained by ``python -m rl train`` in a subprocess, Pendulum by ``main`` here."""
     root = tmp_path_factory.mktemp("cli")
-    logdirs = {}
-    for env_id in ("CartPole-v1", "Pendulum-v1"):
-        logdirs[env_id] = root / f"{env_id}__projected__s0"
-        _run("train", "--env", env_id, "--steps", "2000", "--logdir", str(logdirs[env_id]), *FAST)
+    logdirs = {env_id: root / f"{env_id}__projected__s0" for env_id in ("CartPole-v1", "Pendulum-v1")}
+    _run("train", "--env", "CartPole-v1", "--steps", "2000", "--logdir", str(logdirs["CartPole-v1"]), *FAST)
+    arguments = ["train", "--env", "Pendulum-v1", "--steps", "2000", "--logdir", str(logdirs["Pendulum-v1"])]
+    assert main([*arguments, *FAST]) == 0
     return logdirs
 
 
@@ -54,15 +59,15 @@ def test_train_writes_the_contract(runs, env_id):
 
 # Pendulum under -m slow: tests/test_rl_checkpoint_safety.py loads and runs Gaussian policies.
 @pytest.mark.parametrize("env_id", ["CartPole-v1", pytest.param("Pendulum-v1", marks=pytest.mark.slow)])
-def test_evaluate_json(runs, env_id):
-    result = _run("evaluate", "--checkpoint", str(runs[env_id]), "--episodes", "2", "--json")
-    values = json.loads(result.stdout.strip().splitlines()[-1])
+def test_evaluate_json(runs, env_id, capsys):
+    assert main(["evaluate", "--checkpoint", str(runs[env_id]), "--episodes", "2", "--json"]) == 0
+    values = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(values) == {"deterministic_mean", "deterministic_std", "stochastic_mean", "stochastic_std"}
 
 
 def test_plot_and_resume(runs, tmp_path):
     output = tmp_path / "curves.png"
-    _run("plot", str(runs["CartPole-v1"]), str(runs["Pendulum-v1"]), "--output", str(output))
+    assert main(["plot", str(runs["CartPole-v1"]), str(runs["Pendulum-v1"]), "--output", str(output)]) == 0
     assert output.stat().st_size > 1000
     logdir = runs["CartPole-v1"]
     before = len(_rows(logdir))
@@ -97,16 +102,15 @@ def test_any_env_async_then_resumed_sync(tmp_path):
     assert [int(r["iteration"]) for r in _rows(logdir)] == [1, 2, 3]
 
 
-def test_errors_exit_before_training(tmp_path):
-    result = _run("train", "--env", "MountainCarContinuous-v9", "--logdir", str(tmp_path / "x"), check=False)
-    assert (
-        result.returncode == 2
-        and "MountainCarContinuous-v9" in result.stderr
-        and "doesn't exist" in result.stderr
-    )
-    result = _run(
-        "train", "--env", "CartPole-v1", "--kl-bound", "-1", "--logdir", str(tmp_path / "x"), check=False
-    )
-    assert result.returncode == 2 and "argument --kl-bound: must be a finite number > 0" in result.stderr
+def test_errors_exit_before_training(tmp_path, capsys):
+    """Exit status 2 and the message (``python -m rl`` exits with ``main``'s status)."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--env", "MountainCarContinuous-v9", "--logdir", str(tmp_path / "x")])
+    stderr = capsys.readouterr().err
+    assert stop.value.code == 2 and "MountainCarContinuous-v9" in stderr and "doesn't exist" in stderr
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--env", "CartPole-v1", "--kl-bound", "-1", "--logdir", str(tmp_path / "x")])
+    stderr = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --kl-bound: must be a finite number > 0" in stderr
     assert not (tmp_path / "x").exists()
     assert _run("--help").returncode == 0

@@ -2,7 +2,8 @@
 
 The scenario of issue 19: a finished run of N steps, then a shorter run into the same logdir.
 It must be refused; with ``--overwrite`` the logdir holds only the new run (its CSV rows, one
-event file, its own final checkpoint) and ``evaluate`` reports the new policy.
+event file, its own final checkpoint) and ``evaluate`` reports the new policy. The commands call
+``rl.cli.main`` in this process (``tests/test_rl_cli.py`` runs ``python -m rl`` in subprocesses).
 """
 
 import json
@@ -18,7 +19,7 @@ from rl.checkpoint import checkpoint_dirs, resolve_checkpoint, save_checkpoint
 from rl.cli import _json_line, _train_config, build_parser, main
 from rl.config import TrainConfig
 from rl.evaluation import evaluate
-from tests.test_rl_cli import ROOT, _rows, _run
+from tests.test_rl_cli import ROOT, _rows
 
 # CartPole batches are 4 x 128 = 512 steps; a checkpoint after every iteration.
 FAST = ["--set", "update_epochs=1", "--set", "distill_epochs=1", "--set", "checkpoint_every=1", "--quiet"]
@@ -33,7 +34,7 @@ def _strict_json(line):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("run_dirs") / "finished"
-    _run("train", "--steps", str(LONG_STEPS), "--logdir", str(logdir), *FAST)
+    assert main(["train", "--steps", str(LONG_STEPS), "--logdir", str(logdir), *FAST]) == 0
     return logdir
 
 
@@ -44,17 +45,19 @@ def copy_of_finished(finished_run, tmp_path):
     return logdir
 
 
-def test_shorter_run_into_a_finished_run_is_refused_then_overwrites_it(copy_of_finished):
+def test_shorter_run_into_a_finished_run_is_refused_then_overwrites_it(copy_of_finished, capsys):
     logdir = copy_of_finished
     (logdir / "bench_train.log").write_text("not the run's\n")
-    refused = _run("train", "--steps", "512", "--logdir", str(logdir), *FAST, check=False)
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    assert str(logdir) in refused.stderr and f"step {LONG_STEPS}" in refused.stderr
-    assert "--resume" in refused.stderr and "--overwrite" in refused.stderr
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "--steps", "512", "--logdir", str(logdir), *FAST])
+    stderr = capsys.readouterr().err
+    assert refused.value.code == 2, stderr[-2000:]
+    assert str(logdir) in stderr and f"step {LONG_STEPS}" in stderr
+    assert "--resume" in stderr and "--overwrite" in stderr
     assert len(_rows(logdir)) == 3  # untouched
 
-    result = _run("train", "--steps", "512", "--logdir", str(logdir), "--overwrite", *FAST)
-    summary = _strict_json(result.stdout.strip().splitlines()[-1])
+    assert main(["train", "--steps", "512", "--logdir", str(logdir), "--overwrite", *FAST]) == 0
+    summary = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["global_step"] == 512
     assert [int(r["global_step"]) for r in _rows(logdir)] == [512]
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
@@ -63,8 +66,8 @@ def test_shorter_run_into_a_finished_run_is_refused_then_overwrites_it(copy_of_f
     assert (logdir / "bench_train.log").read_text() == "not the run's\n"  # other files are kept
 
     assert resolve_checkpoint(logdir) == logdir / "checkpoints" / "iter_000001"
-    reported = _run("evaluate", "--checkpoint", str(logdir), "--episodes", "2", "--json")
-    values = _strict_json(reported.stdout.strip().splitlines()[-1])
+    assert main(["evaluate", "--checkpoint", str(logdir), "--episodes", "2", "--json"]) == 0
+    values = _strict_json(capsys.readouterr().out.strip().splitlines()[-1])
     assert values == evaluate(logdir / "checkpoints" / "iter_000001", episodes=2)
 
 

@@ -10,13 +10,23 @@ import pytest
 
 from keras_structured import run_directory as rd
 
-HOLD_LOCK = """
-import sys, time
-from keras_structured.run_directory import RunLock
-lock = RunLock(sys.argv[1]).acquire()
+# The other processes load keras_structured/run_directory.py alone: importing it from its package
+# would import TensorFlow (5 s a process), which the module does not use.
+LOAD_MODULE = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("run_directory", {rd.__file__!r})
+run_directory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_directory)
+"""
+HOLD_LOCK = (
+    LOAD_MODULE
+    + """
+import time
+lock = run_directory.RunLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(60)
 """
+)
 
 
 def test_second_lock_is_refused_with_the_holders_pid(tmp_path):
@@ -91,8 +101,8 @@ def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
 def test_a_process_killed_while_rewriting_leaves_the_old_or_the_new_file(tmp_path):
     """A real kill in a loop of rewrites: the file is always whole."""
     path = tmp_path / "progress.csv"
-    script = (
-        "import sys\nfrom keras_structured.run_directory import write_csv\n"
+    script = LOAD_MODULE + (
+        "write_csv = run_directory.write_csv\n"
         "rows = [[i, 'x' * 200] for i in range(2000)]\n"
         "print('start', flush=True)\n"
         "while True:\n    write_csv(sys.argv[1], ['epoch', 'text'], rows)\n"

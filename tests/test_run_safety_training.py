@@ -53,7 +53,8 @@ def nli_train(data, logdir, *extra) -> list[str]:
 
 @pytest.fixture(scope="module")
 def treebank(tmp_path_factory):
-    return sample_treebank(tmp_path_factory.mktemp("data") / "en_sample")
+    """The sample, with a dev split of 6 sentences (each epoch parses it)."""
+    return sample_treebank(tmp_path_factory.mktemp("data") / "en_sample", dev_sentences=6)
 
 
 @pytest.fixture(scope="module")

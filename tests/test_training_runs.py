@@ -1,7 +1,7 @@
 """The run-directory rules shared by the parser and NLI command lines
 (``keras_structured.applications.training_runs``):
 early stopping after ``min_epochs``, runs never mixed, a larger budget extending a finished run.
-End-to-end runs (exact resume, the files written) are in ``test_parsing_model.py`` and
+End-to-end runs (exact resume, the files written) are in ``test_parsing_cli.py`` and
 ``test_nli_training.py``."""
 
 from __future__ import annotations
