@@ -1,7 +1,8 @@
 """``python -m rl``: train (CartPole, Pendulum), evaluate, plot, resume, errors.
 
-The CartPole run, its resume and ``--help`` run in subprocesses, as a user runs them; the
-other commands call the same ``main`` in this process (TensorFlow is imported already)."""
+The resume of a run (``train --resume``) and ``--help`` run in subprocesses, as a user runs
+them; the other commands call the same ``main`` in this process (TensorFlow is imported
+already, and ``python -m rl`` exits with ``main``'s status)."""
 
 import csv
 import json
@@ -36,12 +37,14 @@ def _rows(logdir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """CartPole trained by ``python -m rl train`` in a subprocess, Pendulum by ``main`` here."""
+    """CartPole and Pendulum runs trained by ``main`` (``test_plot_and_resume`` resumes CartPole's
+    in a subprocess)."""
     root = tmp_path_factory.mktemp("cli")
-    logdirs = {env_id: root / f"{env_id}__projected__s0" for env_id in ("CartPole-v1", "Pendulum-v1")}
-    _run("train", "--env", "CartPole-v1", "--steps", "2000", "--logdir", str(logdirs["CartPole-v1"]), *FAST)
-    arguments = ["train", "--env", "Pendulum-v1", "--steps", "2000", "--logdir", str(logdirs["Pendulum-v1"])]
-    assert main([*arguments, *FAST]) == 0
+    logdirs = {}
+    for env_id in ("CartPole-v1", "Pendulum-v1"):
+        logdirs[env_id] = root / f"{env_id}__projected__s0"
+        arguments = ["train", "--env", env_id, "--steps", "2000", "--logdir", str(logdirs[env_id])]
+        assert main([*arguments, *FAST]) == 0
     return logdirs
 
 
