@@ -385,16 +385,77 @@ def load_run(logdir) -> tuple[keras.Model, Vocabulary, ParserConfig]:
     return load_best(logdir, ParserConfig, Vocabulary, "parser")
 
 
-def evaluate(logdir, split: str = "test") -> dict:
-    """UAS (all words and without punctuation) and SparseMAP sparsity of a run's best model on
-    ``split``; also written to ``eval_{split}.json``. Every sentence is parsed, however long."""
-    logdir = pathlib.Path(logdir)
-    model, vocabulary, config = load_run(logdir)
-    sentences = _load_split(config, split)
+@dataclasses.dataclass(frozen=True)
+class ParsedSentence:
+    """A parser's output for one sentence.
+
+    Attributes:
+        heads: ``(n + 1,)`` int64, the best tree (MAP), ``-1`` at the root.
+        relations: the ``n`` predicted dependency relations, or None when the run has no
+            arc-label classifier.
+        trees: with ``with_trees``, the trees SparseMAP puts weight on,
+            ``[(heads, weight), ...]`` by decreasing weight (None otherwise).
+        trees_converged: with ``with_trees``, whether SparseMAP finished within
+            :data:`SPARSITY_MAX_ITER` MAP calls (None otherwise).
+    """
+
+    heads: np.ndarray
+    relations: tuple[str, ...] | None = None
+    trees: list[tuple[np.ndarray, float]] | None = None
+    trees_converged: bool | None = None
+
+
+def parse_sentences(
+    model: keras.Model,
+    vocabulary: Vocabulary,
+    config: ParserConfig,
+    sentences: Sequence[Sentence],
+    with_trees: bool = False,
+) -> list[ParsedSentence]:
+    """Parse ``sentences`` (their gold heads and relations, if any, are not read).
+
+    Args:
+        model: a run's model (:func:`load_run`).
+        vocabulary: its vocabulary; unknown words and tags are looked up as ``<unk>``.
+        config: its configuration.
+        sentences: the sentences to parse, of any length.
+        with_trees: also return the trees SparseMAP puts weight on.
+
+    Returns:
+        One :class:`ParsedSentence` per sentence, in order.
+    """
+    scores = predict_scores(model, vocabulary, sentences, config.batch_size)
+    heads = decode(scores, config.single_root)
+    if not with_trees:
+        return [ParsedSentence(h) for h in heads]
+    supports, converged = sparse_trees(scores, config.single_root)
+    return [
+        ParsedSentence(h, trees=support, trees_converged=bool(done))
+        for h, support, done in zip(heads, supports, converged, strict=True)
+    ]
+
+
+def evaluate_sentences(
+    model: keras.Model, vocabulary: Vocabulary, config: ParserConfig, sentences: Sequence[Sentence]
+) -> dict:
+    """UAS (all words and without punctuation) and SparseMAP sparsity of ``model`` on the
+    gold ``sentences`` (:func:`evaluate_scores`), with the number of sentences longer than the
+    training limit (``long_sentences``; they are parsed too)."""
     result = evaluate_scores(
         predict_scores(model, vocabulary, sentences, config.batch_size), sentences, config.single_root
     )
-    result.update(split=split, long_sentences=sum(s.length > config.max_length for s in sentences))
+    result.update(long_sentences=sum(s.length > config.max_length for s in sentences))
+    return result
+
+
+def evaluate(logdir, split: str = "test") -> dict:
+    """UAS (all words and without punctuation) and SparseMAP sparsity of a run's best model on
+    ``split`` (:func:`evaluate_sentences`); also written to ``eval_{split}.json``. Every
+    sentence is parsed, however long."""
+    logdir = pathlib.Path(logdir)
+    model, vocabulary, config = load_run(logdir)
+    result = evaluate_sentences(model, vocabulary, config, _load_split(config, split))
+    result.update(split=split)
     write_json(logdir / f"eval_{split}.json", result)
     return result
 
@@ -408,5 +469,5 @@ def parse_sentence(model: keras.Model, vocabulary: Vocabulary, config: ParserCon
             f"index must be in [0, {len(sentences)}) for the {split} split. Received: index={index}"
         )
     sentence = sentences[index]
-    scores = predict_scores(model, vocabulary, [sentence], 1)
-    return sentence, sparse_trees(scores, config.single_root)[0][0]
+    [parsed] = parse_sentences(model, vocabulary, config, [sentence], with_trees=True)
+    return sentence, parsed.trees
