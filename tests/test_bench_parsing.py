@@ -45,8 +45,15 @@ def fake_run(
     evaluated: tuple[str, ...] = ("dev", "test"),
     finished: bool = True,
     wall: float = 120.0,
+    epochs: int = bench.PRESET_EPOCHS,
+    budget: tuple[int, int] | None = (bench.PRESET_EPOCHS, bench.PRESET_EPOCHS),
+    stopped_early: bool = False,
+    las: float | None = None,
 ) -> Path:
-    """A run directory as ``train`` (and ``evaluate``) would leave it."""
+    """A run directory as ``train`` (and ``evaluate``) would leave it: ``epochs`` trained (the last
+    three in ``progress.csv`` and ``sparsity_dev.jsonl``) of the ``budget`` ``(min_epochs, epochs)``
+    in ``config.json`` (None: not recorded), the preset's by default; with ``las``, a labelled run
+    (test LAS ``las``, dev LAS ``las`` too)."""
     spec = bench.RunSpec(language, loss, lr, seed)
     logdir = spec.logdir(root)
     (logdir / "checkpoint").mkdir(parents=True)
@@ -57,17 +64,18 @@ def fake_run(
         "learning_rate": lr,
         "seed": seed,
     }
+    if budget is not None:
+        config.update(min_epochs=budget[0], epochs=budget[1])
     (logdir / "config.json").write_text(json.dumps(config))
-    epochs = 3
     with open(logdir / "progress.csv", "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(COLUMNS.split(","))
-        for epoch in range(1, epochs + 1):
-            uas = dev - (epochs - epoch)
+        for i in range(1, 4):
+            uas = dev - (3 - i)
             writer.writerow(
-                [epoch, 1.0 / epoch, uas, uas + 1, sps * (0.9 + 0.1 * epoch), 4 - epoch, 0.3 * epoch, 10]
+                [epochs - 3 + i, 1.0 / i, uas, uas + 1, sps * (0.9 + 0.1 * i), 4 - i, 0.3 * i, 10]
             )
-    sparsity = [{"epoch": e, "trees_per_sentence": [max(1, 4 - e), 1, 2]} for e in range(1, epochs + 1)]
+    sparsity = [{"epoch": epochs - 3 + i, "trees_per_sentence": [max(1, 4 - i), 1, 2]} for i in range(1, 4)]
     (logdir / "sparsity_dev.jsonl").write_text("".join(json.dumps(row) + "\n" for row in sparsity))
     (logdir / "bench_state.json").write_text(json.dumps({"train_wall_s": wall, "sessions": 1, "threads": 2}))
     if not finished:
@@ -78,8 +86,10 @@ def fake_run(
         "dev_uas_no_punct": dev + 1,
         "train_seconds": wall - 10,
         "epochs_run": epochs,
-        "stopped_early": False,
+        "stopped_early": stopped_early,
     }
+    if las is not None:
+        final["dev_las"] = las
     (logdir / "final.json").write_text(json.dumps(final))
     test = dev if test is None else test
     scores = {"dev": (dev, dev + 1), "test": (test, test + 1 if test_no_punct is None else test_no_punct)}
@@ -95,6 +105,8 @@ def fake_run(
                 "trees_per_sentence": counts,
                 "long_sentences": 0,
             }
+            if las is not None:
+                result.update(las=las, las_no_punct=las + 1)
             (logdir / f"eval_{split}.json").write_text(json.dumps(result))
     return logdir
 
@@ -229,12 +241,36 @@ def test_tuning_languages_take_their_own_rate_the_others_the_mean_choice():
     assert "crf on en+vi: lr 0.004, mean dev UAS 77.50" in lines
 
 
-def test_plan_default_tunes_on_vi_and_seeds_en_and_vi():
+def test_plan_default_tunes_on_en_and_vi_and_seeds_them_three_times():
+    R = bench.RunSpec
+    config = bench.SuiteConfig(languages=("en", "ro"), losses=("crf",), learning_rates=(1e-3, 2e-3))
+    assert config.protocol == "sparsemap-paper" and config.seeds == (0, 1, 2)
+    assert config.all_languages == ("en", "vi", "ro")  # vi joins: it is a tuning language
+    statuses = {
+        R(language, "crf", lr, 0): done(60.0 + 1000 * lr) for language in ("en", "vi") for lr in (1e-3, 2e-3)
+    }
+    plan = bench.plan_suite(config, statuses)
+    assert plan.chosen == {(language, "crf"): 0.002 for language in ("en", "vi", "ro")}
+    assert plan.start == [
+        R("en", "crf", 0.002, 1),
+        R("en", "crf", 0.002, 2),
+        R("vi", "crf", 0.002, 1),
+        R("vi", "crf", 0.002, 2),
+        R("ro", "crf", 0.002, 0),
+    ]
+    assert "tuned on en and vi only" in bench.describe_choices(plan)[0]
+    assert "seeds 0, 1, 2 at the chosen rates on en and vi, seed 0 on" in bench.describe_choices(plan)[0]
+
+
+def test_plan_vi_only_tuning_seeds_en_and_vi():
     R = bench.RunSpec
     config = bench.SuiteConfig(
-        languages=("en", "ro"), losses=("crf",), learning_rates=(1e-3, 2e-3), seeds=(0, 1)
+        languages=("en", "ro"),
+        losses=("crf",),
+        learning_rates=(1e-3, 2e-3),
+        seeds=(0, 1),
+        tune_languages=("vi",),
     )
-    assert config.all_languages == ("en", "vi", "ro")  # vi joins: it is the tuning language
     statuses = {R("vi", "crf", 0.001, 0): done(60.0), R("vi", "crf", 0.002, 0): done(65.0)}
     plan = bench.plan_suite(config, statuses)
     assert plan.chosen == {(language, "crf"): 0.002 for language in ("en", "vi", "ro")}
@@ -245,7 +281,6 @@ def test_plan_default_tunes_on_vi_and_seeds_en_and_vi():
         R("ro", "crf", 0.002, 0),
     ]
     assert "tuned on vi only" in bench.describe_choices(plan)[0]
-    assert "only at the chosen rates, on vi and en." in bench.describe_choices(plan)[0]
 
 
 def test_plan_per_language_and_single_rate():
@@ -266,7 +301,7 @@ def test_plan_per_language_and_single_rate():
 
 
 def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
-    config = bench.SuiteConfig(train_args=bench.QUICK_TRAIN_ARGS)
+    config = bench.SuiteConfig(protocol="tuned", train_args=bench.QUICK_TRAIN_ARGS)
     spec = bench.RunSpec("vi", "margin_sparsemap", 0.0005, 1)
     logdir = str(tmp_path / "vi" / "margin_sparsemap" / "lr0.0005" / "seed1")
     train = ["py", "-m", "keras_structured.applications.parsing", "train"]
@@ -301,20 +336,38 @@ def test_run_commands_fresh_resume_and_evaluation_only(tmp_path):
     assert bench.run_commands(spec, done(1.0), run, "py") == []
 
 
+def test_a_preset_run_passes_the_preset_and_no_min_epochs(tmp_path):
+    spec = bench.RunSpec("en", "hinge", 0.004, 2)
+    logdir = str(tmp_path / "en" / "hinge" / "lr0.004" / "seed2")
+    train = ["py", "-m", "keras_structured.applications.parsing", "train"]
+    train += ["--treebank", str(Path("/ud") / "en_ewt-2.0"), "--loss", "hinge", "--learning-rate", "0.004"]
+    train += ["--seed", "2", "--logdir", logdir, "--preset", "sparsemap-paper", "--quiet"]
+    run = SuiteRun(bench.SuiteConfig(), Path("/ud"), tmp_path)
+    assert bench.run_commands(spec, RunStatus(), run, "py")[0] == ("train", train)
+    labelled = bench.SuiteConfig(parser_args=("--preset", "sparsemap-paper", "--labels"))
+    argv = bench.train_command(spec, labelled, Path("/ud"), tmp_path, python="py")
+    assert argv[-3:] == ["sparsemap-paper", "--labels", "--quiet"] and labelled.labels
+    with pytest.raises(ValueError, match="protocol must be one of sparsemap-paper, tuned"):
+        bench.SuiteConfig(protocol="paper")
+
+
 def test_a_run_stopped_early_before_min_epochs_is_extended(tmp_path):
-    logdir = fake_run(tmp_path, "vi", "crf", 0.002, 0)
+    logdir = fake_run(tmp_path, "vi", "crf", 0.002, 0, budget=(1, bench.MIN_EPOCHS))
     assert bench.LAYOUT.read_status(logdir).finished  # ran all its epochs
     final = json.loads((logdir / "final.json").read_text())
     (logdir / "final.json").write_text(json.dumps({**final, "stopped_early": True}))
     status = bench.LAYOUT.read_status(logdir)
     assert not status.finished and status.resumable
-    run = SuiteRun(bench.SuiteConfig(), Path("/ud"), tmp_path)
+    run = SuiteRun(bench.SuiteConfig(protocol="tuned"), Path("/ud"), tmp_path)
     steps = bench.run_commands(bench.RunSpec("vi", "crf", 0.002, 0), status, run)
     assert [kind for kind, _ in steps] == ["train", "eval", "eval"]
     assert "--resume" in steps[0][1] and "--min-epochs" in steps[0][1]
     config = json.loads((logdir / "config.json").read_text())
     (logdir / "config.json").write_text(json.dumps({**config, "min_epochs": bench.MIN_EPOCHS}))
     assert bench.LAYOUT.read_status(logdir).finished  # already trained under the suite's rule
+    preset = {**config, "min_epochs": bench.PRESET_EPOCHS, "epochs": bench.PRESET_EPOCHS}
+    (logdir / "config.json").write_text(json.dumps(preset))
+    assert bench.LAYOUT.read_status(logdir).finished  # not beyond its own epochs
 
 
 def test_scan_statuses_reads_the_logdirs(tmp_path):
@@ -340,18 +393,8 @@ def test_scan_statuses_reads_the_logdirs(tmp_path):
 
 def test_dry_run_prints_pending_commands(tmp_path, capsys):
     root = tmp_path / "quick"
-    argv = [
-        "run",
-        "--quick",
-        "--root",
-        str(root),
-        "--data",
-        "/ud",
-        "--losses",
-        "sparsemap",
-        "crf",
-        "--dry-run",
-    ]
+    argv = ["run", "--quick", "--protocol", "tuned", "--root", str(root), "--data", "/ud"]
+    argv += ["--losses", "sparsemap", "crf", "--dry-run"]
     assert bench.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     py = sys.executable
@@ -380,25 +423,115 @@ def test_dry_run_prints_pending_commands(tmp_path, capsys):
     )
 
 
-def test_dry_run_full_grid_waits_for_tuning(tmp_path, capsys):
-    assert bench.main(["run", "--root", str(tmp_path), "--dry-run", "--losses", "crf", "hinge"]) == 0
+def dry_run_trains(argv: list[str], capsys) -> tuple[list[str], list[str]]:
+    """The training command lines of ``run ... --dry-run``, and its comment lines."""
+    assert bench.main([*argv, "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    trains = [line for line in lines if " train " in line]
-    assert len(trains) == 2 * 5  # vi, two losses, five rates, seed 0
-    assert all("--seed 0" in line and "/vi_vtb-2.0 " in line for line in trains)
-    assert "# crf: en, vi, ja, zh, ro wait for the learning-rate tuning runs" in lines
+    return [line for line in lines if " train " in line], [line for line in lines if line.startswith("#")]
+
+
+def test_dry_run_of_the_paper_protocol_tunes_on_en_and_vi_first(tmp_path, capsys):
+    trains, notes = dry_run_trains(["run", "--root", str(tmp_path), "--losses", "crf", "hinge"], capsys)
+    assert len(trains) == 2 * 2 * 5  # en and vi, two losses, the paper's five rates, seed 0
+    assert all("--seed 0" in line and "--preset sparsemap-paper --quiet" in line for line in trains)
+    assert not any("--min-epochs" in line for line in trains)  # the preset fixes its 20 epochs
+    rates = {line.split("--learning-rate ")[1].split()[0] for line in trains}
+    assert rates == {"0.0005", "0.001", "0.002", "0.004", "0.008"}
+    assert {line.split("--treebank ")[1].split()[0].split("/")[-1] for line in trains} == {
+        "en_ewt-2.0",
+        "vi_vtb-2.0",
+    }
+    assert "# crf: en, vi, ja, zh, ro wait for the learning-rate tuning runs" in notes
+
+
+def test_paper_protocol_plans_three_seeds_on_en_vi_after_tuning():
+    config = bench.config_from_args(bench.RUNNER.parse_args(["run"]))
+    assert config == bench.SuiteConfig()
+    assert config.learning_rates == bench.LEARNING_RATES and config.parser_args == (
+        "--preset",
+        "sparsemap-paper",
+    )
+    R = bench.RunSpec
+    # every loss prefers 2e-3 (inside the grid): no widening
+    statuses = {
+        R(language, loss, lr, 0): done(80.0 - abs(math.log2(lr / 0.002)))
+        for language in ("en", "vi")
+        for loss in bench.LOSSES
+        for lr in bench.LEARNING_RATES
+    }
+    plan = bench.plan_suite(config, statuses)
+    assert not plan.waiting and set(plan.chosen.values()) == {0.002}
+    assert len(plan.done) == 50 and len(plan.start) == 35 and len(plan.runs) == 85
+    assert {(s.language, s.seed) for s in plan.start} == {
+        ("en", 1),
+        ("en", 2),
+        ("vi", 1),
+        ("vi", 2),
+        ("ja", 0),
+        ("zh", 0),
+        ("ro", 0),
+    }
+    statuses[R("en", "hinge", 0.008, 0)] = done(90.0)  # best at the end of the grid: widened to 0.016
+    plan = bench.plan_suite(config, statuses)
+    assert R("en", "hinge", 0.016, 0) in plan.start and R("vi", "hinge", 0.016, 0) in plan.start
+    assert ("ja", "hinge") in plan.waiting and ("vi", "hinge") in plan.chosen  # vi: its own rate
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_parsing"
+
+
+def test_tuned_protocol_keeps_the_recorded_suite_and_adds_seed_2():
+    recorded = bench.RUNNER.read_options(RECORDED)
+    assert recorded.protocol == "tuned" and recorded.seeds == (0, 1)  # recorded before there were protocols
+    config = bench.config_from_args(bench.RUNNER.parse_args(["run", "--protocol", "tuned"]))
+    assert (
+        bench.refusal(json.loads((RECORDED / resumable_runs.PLAN_FILE).read_text())["config"], config) is None
+    )
+    assert config.learning_rates == recorded.learning_rates and config.parser_args == recorded.parser_args
+    assert config.seeds == (0, 1, 2) and config.tune_languages == recorded.tune_languages
+    plan = bench.plan_suite(config, bench.LAYOUT.scan(RECORDED))
+    earlier = [spec for spec in plan.runs if spec.seed < 2]
+    new = [spec for spec in plan.runs if spec.seed == 2]
+    assert len(earlier) == 64 and set(earlier) <= set(plan.done)  # every recorded run is finished
+    assert not plan.waiting and len(new) == 10  # five losses on en and vi, at their chosen rates
+    assert {(spec.language, spec.loss, spec.learning_rate) for spec in new} == {
+        (language, loss, plan.chosen[language, loss]) for language in ("en", "vi") for loss in bench.LOSSES
+    }
+    assert set(plan.pending) == set(new) - set(plan.done)
+
+
+def test_each_protocol_has_its_own_root(tmp_path, capsys):
+    assert bench.runner_for("tuned").default_root == Path("benchmarks/results/bench_parsing")
+    assert bench.runner_for("sparsemap-paper").default_root == Path("benchmarks/results/bench_parsing_paper")
+    assert bench.RUNNER.default_root == bench.runner_for(bench.DEFAULT_PROTOCOL).default_root
+    assert bench.runner_for("tuned").quick_root != bench.runner_for("sparsemap-paper").quick_root
+    help = bench.RUNNER.parse_args
+    with pytest.raises(SystemExit):
+        help(["run", "--help"])
+    text = capsys.readouterr().out
+    assert (
+        "--protocol {sparsemap-paper,tuned}" in text and "bench_parsing_paper" in text and "--labels" in text
+    )
 
 
 def test_run_refuses_a_root_of_other_training_options(tmp_path, capsys):
     (tmp_path / resumable_runs.PLAN_FILE).write_text(
-        json.dumps({"config": {"train_args": list(bench.QUICK_TRAIN_ARGS)}})
+        json.dumps({"config": {"protocol": "sparsemap-paper", "train_args": list(bench.QUICK_TRAIN_ARGS)}})
     )
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
     assert "other options" in capsys.readouterr().err
     # a suite of the parser's earlier configuration (no parser options recorded) is refused too
     (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": {"train_args": []}}))
-    assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
+    assert bench.main(["run", "--root", str(tmp_path), "--protocol", "tuned", "--dry-run"]) == 2
     assert "parser_args" in capsys.readouterr().err
+    # a plan recorded before there were protocols is the tuned one's
+    tuned = {k: v for k, v in bench.SuiteConfig(protocol="tuned").to_json().items() if k != "protocol"}
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": tuned}))
+    assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 2
+    assert "of the tuned protocol, not sparsemap-paper" in capsys.readouterr().err
+    assert bench.main(["run", "--root", str(tmp_path), "--protocol", "tuned", "--dry-run"]) == 0
+    assert bench.main(["run", "--root", str(tmp_path), "--protocol", "tuned", "--labels", "--dry-run"]) == 2
+    capsys.readouterr()
     (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": bench.SuiteConfig().to_json()}))
     assert bench.main(["run", "--root", str(tmp_path), "--dry-run"]) == 0
 
@@ -451,16 +584,22 @@ def build_suite(root: Path) -> bench.SuiteConfig:
     return config
 
 
+def table_rows(section: str) -> dict[str, list[str]]:
+    """The cells of a Markdown table's rows by their first cell."""
+    return {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| ") and "---" not in line
+    }
+
+
 def test_report_tables_missing_verdict_and_figures(tmp_path):
     config = build_suite(tmp_path)
     text = bench.RUNNER.write_report(tmp_path, config).read_text()
 
+    assert "Protocol `sparsemap-paper`: the SparseMAP authors' parser settings" in text
     with_punct = text.split("**Test UAS (%), punctuation included**")[1].split("**Test UAS")[0]
-    rows = {
-        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-        for line in with_punct.splitlines()
-        if line.startswith("| ") and "---" not in line
-    }
+    rows = table_rows(with_punct)
     assert rows["language"] == ["sparsemap", "margin_sparsemap", "crf", "hinge"]
     assert rows["en"] == [
         "**87.20 ± 0.20** (2 seeds)",
@@ -477,9 +616,24 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
     assert rows["ro"] == ["**88.00**", "87.50", "87.00", "missing"]
     no_punct = text.split("**Test UAS (%), without punctuation**")[1].split("##")[0]
     assert "| ro | **89.00** | 88.50 | 88.00 | missing |" in no_punct  # fake no-punct = UAS + 1
+    assert "LAS" not in text  # no labelled run: no LAS table or column
 
-    # en won (87.2 > 86.0 and the seed-2 hinge), vi lost (crf 71.1), ro not compared: 1 of 2 is not most.
-    assert "No: the SparseMAP losses" in text and "on 1 of the 2 languages with all results (en)" in text
+    verdict = table_rows(text.split("## SparseMAP against CRF and hinge")[1].split("##")[0])
+    assert verdict["en"] == [
+        "sparsemap 87.20 ± 0.20 (2 seeds)",
+        "ahead (+1.20, spread 0.20, seeds 2/1)",
+        "tie (+26.13, spread 38.55, seeds 2/3)",  # the seed-2 hinge run's 10.00 widens the spread
+    ]
+    assert verdict["vi"][1:] == [
+        "behind (-1.00, spread 0.20, seeds 2/2)",
+        "ahead (+1.10, spread 0.10, seeds 2/2)",
+    ]
+    assert verdict["ro"] == ["sparsemap 88.00", "ahead (+1.00, one seed each: no spread)", "missing"]
+    assert (
+        "No claim: the paper's claim, the SparseMAP losses ahead of the SVM (hinge) and CRF losses on 4 of 5"
+        in text
+    )
+    assert "missing on ja, zh, ro. So far ahead of both on 0 of the 2 languages with results: none." in text
 
     assert "- sparsemap on en+vi: lr 0.002 (at an end of the widened grid), mean dev UAS 80.00" in text
     assert "Learning-rate reduction made" in text
@@ -498,7 +652,12 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
     assert "CPU threads per job: 2" in throughput
     assert "| vi | 88.0 | 110.0 | 110.0 | 110.0 | 1.25 | yes |" in throughput  # medians of 0.9x..1.2x sps
 
-    assert "| en/hinge/lr0.002/seed2 | 3 | 3 | no | 80.00 | 10.00 | 11.00 | 110.0 | 2.0 | 110 |" in text
+    assert (
+        "| en/hinge/lr0.002/seed2 | 20 | 20 | 20 | no | 80.00 | 10.00 | 11.00 | 110.0 | 2.0 | 110 |" in text
+    )
+    assert "Epochs trained (`final.json`'s `epochs_run`): 20 (27 runs)" in text
+    assert "No run trained other epochs than its `config.json` and the protocol say." in text
+    assert "## The two protocols compared" not in text  # no other protocol's root beside it
     assert "ro_rrt-1.2" in text and "much smaller than the treebank the paper used" in text
     assert text.count("UD v1 labels") == 2
 
@@ -508,33 +667,198 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
         assert f"![{name}](figures/{name}.png)" in text
 
 
-def test_report_verdict_flips_when_sparsemap_wins_most(tmp_path):
+def test_report_reads_the_recorded_plan(tmp_path):
     config = build_suite(tmp_path)
     fake_run(tmp_path, "ro", "hinge", 0.002, 0, test=87.9)
-    (tmp_path / resumable_runs.PLAN_FILE).write_text(
-        json.dumps({"config": config.to_json()})
-    )  # report reads it
+    (tmp_path / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": config.to_json()}))
     text = bench.RUNNER.write_report(tmp_path).read_text()
-    assert "Yes: the SparseMAP losses" in text and "on 2 of the 3 languages with all results (en, ro)" in text
+    verdict = table_rows(text.split("## SparseMAP against CRF and hinge")[1].split("##")[0])
+    assert verdict["ro"][2] == "ahead (+0.10, one seed each: no spread)"
     assert "ro/hinge" not in text.split("## Missing runs")[1].split("##")[0]
 
 
-def test_sparsemap_verdict_rules():
-    verdict = bench.sparsemap_verdict
-    uas = {("en", "margin_sparsemap"): 80.0, ("en", "crf"): 79.0, ("en", "hinge"): 79.5}
-    assert verdict(uas, ["en"]).startswith("Yes") and "1 of the 1 languages" in verdict(uas, ["en"])
-    uas[("en", "hinge")] = 80.0  # a tie is not a win
-    assert verdict(uas, ["en"]).startswith("No")
-    uas[("en", "sparsemap")] = float("nan")  # NaN does not count, the other SparseMAP loss does
-    assert verdict(uas, ["en"]).startswith("No")
-    del uas[("en", "crf")]
-    assert verdict(uas, ["en"]).startswith("Not decided")
+def test_compare_seeds_ahead_tie_behind():
+    compare = bench.compare_seeds
+    assert compare([80.0, 81.0, 82.0], [79.0, 79.2]).outcome == "ahead"  # +1.9 > 1.0 + 0.1
+    tie = compare([80.0, 81.0, 82.0], [79.5, 80.3])  # +1.1 <= 1.0 + 0.4: the intervals overlap
+    assert (tie.outcome, tie.seeds) == ("tie", (3, 2)) and tie.spread == pytest.approx(1.4)
+    assert compare([80.0, 80.4], [80.6, 80.8]).outcome == "behind"  # -0.5 beyond 0.2 + 0.1
+    assert compare([80.0, 80.4], [80.4, 80.6]).outcome == "tie"  # -0.3, no larger than 0.2 + 0.1
+    single = compare([80.1], [80.0])
+    assert single.outcome == "ahead" and single.single_seed
+    assert single.describe() == "ahead (+0.10, one seed each: no spread)"
+    assert compare([80.0], [80.0]).outcome == "tie"
+    assert compare([80.0, math.nan], [79.0]).seeds == (1, 1)  # NaN seeds do not count
+    assert compare([], [79.0]) is None and compare([80.0], [math.nan]) is None
+
+
+def test_sparsemap_verdict_claim_rules():
+    def scores(sparse: float, crf: float, hinge: float, seeds: int = 3) -> dict:
+        spread = [-0.1, 0.0, 0.1][:seeds]
+        return {
+            "margin_sparsemap": [sparse + d for d in spread],
+            "crf": [crf + d for d in spread],
+            "hinge": [hinge],
+        }
+
+    table = {
+        "en": scores(87.0, 86.0, 30.0),
+        "vi": scores(72.0, 71.0, 30.0),
+        "ja": scores(93.1, 93.0, 30.0, 1),
+    }
+    table |= {"zh": scores(82.0, 81.9, 30.0), "ro": scores(70.0, 68.0, 30.0, 1)}
+    uas = {(language, loss): values for language, row in table.items() for loss, values in row.items()}
+    lines = bench.sparsemap_verdict(uas, list(bench.LANGUAGES))
+    rows = table_rows("\n".join(lines))
+    assert rows["zh"][1] == "tie (+0.10, spread 0.20, seeds 3/3)"  # the tie does not count as ahead
+    assert rows["ja"][1] == "ahead (+0.10, one seed each: no spread)"
+    assert lines[-1].startswith("Reproduced: the paper's claim")
+    assert "ahead of both on 4 of 5: en, vi, ja, ro (ja, ro from one seed, without a spread)" in lines[-1]
+    assert "against crf: 4 ahead, 1 tie, 0 behind; against hinge: 5 ahead, 0 tie, 0 behind." in lines[-1]
+
+    uas["vi", "crf"] = [72.5, 72.5, 72.5]  # vi: behind CRF now, 3 of 5 left
+    lines = bench.sparsemap_verdict(uas, list(bench.LANGUAGES))
+    assert lines[-1].startswith("Not reproduced:") and "ahead of both on 3 of 5: en, ja, ro" in lines[-1]
+    uas["vi", "sparsemap"] = [73.0, 73.0, 73.0]  # the better SparseMAP loss is taken
+    assert (
+        table_rows("\n".join(bench.sparsemap_verdict(uas, ["vi"])))["vi"][0]
+        == "sparsemap 73.00 ± 0.00 (3 seeds)"
+    )
+
+    del uas["ro", "hinge"]  # a result missing: no claim
+    lines = bench.sparsemap_verdict(uas, list(bench.LANGUAGES))
+    assert lines[-1].startswith("No claim:") and "missing on ro." in lines[-1]
+    assert table_rows("\n".join(lines))["ro"][2] == "missing"
+    assert bench.sparsemap_verdict({}, ["en"])[-1].startswith("No claim:")
+    assert table_rows("\n".join(bench.sparsemap_verdict({}, ["en"])))["en"] == ["missing", "", ""]
+
+
+def finished_plan(root: Path, config: bench.SuiteConfig) -> tuple[bench.Plan, list[bench.RunResult]]:
+    plan = bench.plan_suite(config, bench.LAYOUT.scan(root))
+    return plan, bench.LAYOUT.finished_runs(root, bench.RunResult)
+
+
+def test_las_columns_only_for_labelled_runs(tmp_path):
+    config = bench.SuiteConfig(
+        languages=("vi",), losses=("sparsemap", "crf"), learning_rates=(0.002,), seeds=(0, 1)
+    )
+    for seed in (0, 1):
+        fake_run(tmp_path, "vi", "sparsemap", 0.002, seed, test=70.0 + seed, las=60.0 + seed)
+        fake_run(tmp_path, "vi", "crf", 0.002, seed, test=69.0, las=58.0)
+    plan, runs = finished_plan(tmp_path, config)
+    groups = bench._grouped(runs, plan)
+    tables = "\n".join(bench._uas_tables(plan, groups))
+    las = tables.split("**Test LAS (%), punctuation included**")[1].split("**Test LAS")[0]
+    assert table_rows(las)["vi"] == ["**60.50 ± 0.50** (2 seeds)", "58.00 ± 0.00 (2 seeds)"]
+    assert "| vi | **61.50 ± 0.50** (2 seeds) | 59.00 ± 0.00 (2 seeds) |" in tables  # LAS without punctuation
+    runs_table = "\n".join(bench._runs_table(config, runs))
+    assert "| test UAS no punct | dev LAS | test LAS | test LAS no punct | sentences/s |" in runs_table
+    assert (
+        "| vi/sparsemap/lr0.002/seed1 | 20 | 20 | 20 | no | 80.00 | 71.00 | 72.00 | 61.00 | 61.00 | 62.00 |"
+        in runs_table
+    )
+
+    unlabelled = tmp_path / "unlabelled"
+    fake_run(unlabelled, "vi", "crf", 0.002, 0)
+    plan, runs = finished_plan(unlabelled, config)
+    assert "LAS" not in "\n".join(
+        [*bench._uas_tables(plan, bench._grouped(runs, plan)), *bench._runs_table(config, runs)]
+    )
+
+
+def test_epoch_flag_rules():
+    flag = bench.epoch_flag
+    budget = {"min_epochs": 20, "epochs": 30}
+    assert flag(budget, {"epochs_run": 30}) is None
+    assert flag(budget, {"epochs_run": 24, "stopped_early": True}) is None  # early stopping after 20
+    assert flag(budget, {"epochs_run": 12, "stopped_early": True}).startswith("stopped early after 12 epochs")
+    assert flag(budget, {"epochs_run": 25}).startswith("trained 25 of 30 epochs without stopping early")
+    assert flag(budget, {"epochs_run": 31}).startswith("trained 31 epochs, more than epochs 30")
+    # another min_epochs than the protocol's: flagged only when the run is not the protocol's run
+    assert flag(budget, {"epochs_run": 30}, (30, 30)) is None
+    assert "not the protocol's 30, 30: stopped early after 24" in flag(
+        budget, {"epochs_run": 24, "stopped_early": True}, (30, 30)
+    )
+    assert flag({"min_epochs": 20, "epochs": 20}, {"epochs_run": 20}, (20, 20)) is None  # the preset's
+    assert flag({}, {"epochs_run": 3}) is None and flag(budget, {}) is None  # nothing to check
+
+
+def test_report_counts_epochs_and_flags_runs(tmp_path):
+    config = bench.SuiteConfig(
+        protocol="tuned", languages=("vi",), losses=("crf", "hinge"), learning_rates=(0.002,), seeds=(0,)
+    )
+    fake_run(tmp_path, "vi", "crf", 0.002, 0, epochs=30, budget=(20, 30))  # the committed CRF runs' case
+    fake_run(tmp_path, "vi", "hinge", 0.002, 0, epochs=22, budget=(20, 30), stopped_early=True)
+    fake_run(tmp_path, "vi", "hinge", 0.002, 1, epochs=30, budget=(30, 30))
+    plan, runs = finished_plan(tmp_path, config)
+    lines = bench._epoch_lines(config, runs)
+    assert lines[0].startswith("Epochs trained (`final.json`'s `epochs_run`): 22 (1 runs), 30 (2 runs).")
+    assert "the protocol's runs train min_epochs 30, epochs 30." in lines[0]
+    assert lines[1].splitlines() == [
+        "**1 runs trained other epochs than they should** (marked ! below):",
+        "- `vi/hinge/lr0.002/seed0`: config.json min_epochs 20, epochs 30, not the protocol's 30, 30: "
+        "stopped early after 22 epochs, before min_epochs 30",
+    ]
+    assert lines[2].startswith(
+        "1 runs' `config.json` holds other epochs than the protocol's (min_epochs 20, epochs 30)"
+    )
+    assert lines[2].endswith("so they count as its runs: `vi/crf/lr0.002/seed0`.")
+    table = "\n".join(bench._runs_table(config, runs))
+    assert "| vi/hinge/lr0.002/seed0 | 22 ! | 20-30 | 22 | yes |" in table
+    assert "| vi/crf/lr0.002/seed0 | 30 | 20-30 | 30 | no |" in table
+    quick = bench.SuiteConfig(**{**config.to_json(), "train_args": bench.QUICK_TRAIN_ARGS})
+    quick_root = tmp_path / "quick"
+    fake_run(quick_root, "vi", "crf", 0.002, 0, epochs=3, budget=(20, 3))  # the preset with --epochs 3
+    quick_runs = bench.LAYOUT.finished_runs(quick_root, bench.RunResult)
+    assert "| vi/crf/lr0.002/seed0 | 3 | 3 | 3 | no |" in "\n".join(bench._runs_table(quick, quick_runs))
+    assert "| 3 ! |" in "\n".join(bench._runs_table(config, quick_runs))  # not the tuned protocol's 30
+    assert "the suite's training options set the epochs" in bench._epoch_lines(quick, runs)[0]
+
+
+def test_report_compares_the_two_protocols_side_by_side(tmp_path):
+    options = {
+        "languages": ("vi",),
+        "losses": ("sparsemap", "hinge"),
+        "learning_rates": (0.002,),
+        "seeds": (0, 1),
+    }
+    paper, tuned = tmp_path / "bench_parsing_paper", tmp_path / "bench_parsing"
+    scores = {paper: {"sparsemap": 72.0, "hinge": 71.0}, tuned: {"sparsemap": 72.3, "hinge": 30.0}}
+    for root in (paper, tuned):
+        for loss, uas in scores[root].items():
+            for seed in (0, 1):
+                fake_run(root, "vi", loss, 0.002, seed, test=uas + 0.2 * seed)
+    assert bench.other_protocol_roots(paper, "sparsemap-paper") == []  # no plan recorded beside it
+    for root, protocol in ((paper, "sparsemap-paper"), (tuned, "tuned")):
+        config = bench.SuiteConfig(protocol=protocol, **options)
+        (root / resumable_runs.PLAN_FILE).write_text(json.dumps({"config": config.to_json()}))
+    assert bench.other_protocol_roots(paper, "sparsemap-paper") == [(bench.TUNED, tuned)]
+    assert bench.other_protocol_roots(tuned, "tuned") == [(bench.PAPER, paper)]
+    text = bench.RUNNER.write_report(paper).read_text()
+    section = text.split("## The two protocols compared")[1].split("##")[0]
+    assert (
+        "| language | loss | sparsemap-paper lr | sparsemap-paper test UAS | tuned lr | tuned test UAS |"
+        in section
+    )
+    lines = [line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| vi")]
+    rows = {cells[0]: cells for cells in lines}
+    assert rows["sparsemap"] == [
+        "sparsemap",
+        "0.002",
+        "72.10 ± 0.10 (2 seeds)",
+        "0.002",
+        "**72.40 ± 0.10** (2 seeds)",
+        "behind (-0.30, spread 0.20, seeds 2/2) |",
+    ]
+    assert rows["hinge"][2] == "**71.10 ± 0.10** (2 seeds)" and rows["hinge"][5].startswith("ahead (+41.00")
+    suites = [bench.ProtocolResults.read(root) for root in (paper, tuned)]
+    assert bench._protocol_table(suites) == section.strip().splitlines()
 
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
     config = bench.SuiteConfig(languages=("vi",), losses=("crf",), learning_rates=(0.002,), seeds=(0,))
     text = bench.RUNNER.write_report(tmp_path / "nothing", config).read_text()
-    assert "0 finished runs" in text and "| vi | missing |" in text and "Not decided" in text
+    assert "0 finished runs" in text and "| vi | missing |" in text and "No claim:" in text
     assert "`vi/crf/lr0.002/seed0`: not started" in text and "## Figures" not in text
 
 
@@ -616,7 +940,11 @@ def test_run_suite_tunes_then_runs_the_chosen_rate(tmp_path, monkeypatch):
     fake = FakeParser()
     monkeypatch.setattr(subprocess, "run", fake)
     config = bench.SuiteConfig(
-        languages=("ro",), losses=("crf",), learning_rates=(0.001, 0.004), seeds=(0, 1)
+        languages=("ro",),
+        losses=("crf",),
+        learning_rates=(0.001, 0.004),
+        seeds=(0, 1),
+        tune_languages=("vi",),
     )
     assert bench.RUNNER.run_suite(SuiteRun(config, Path("/ud"), tmp_path, jobs=2))
     trained = sorted(

@@ -1,6 +1,8 @@
-"""The parser: its arc scorer layer, each of the five losses fitting 20 sentences, and the
-sparse trees of a model. Its command line (training runs that resume exactly, the learning-rate
-decay, runs never mixed, ``evaluate`` and ``time``) is tested in ``test_parsing_cli.py``."""
+"""The parser: its layers (arc scorer, end-of-sentence token, arc-label classifier), each of the
+five losses fitting 20 sentences, and the sparse trees of a model. Its command line (training runs
+that resume exactly, the learning-rate decay, runs never mixed, ``evaluate`` and ``time``) is
+tested in ``test_parsing_cli.py``; the SparseMAP-paper preset, labelled parsing and the parser of
+words alone in ``test_parsing_preset_and_labels.py``."""
 
 import keras
 import numpy as np
@@ -10,7 +12,13 @@ import tensorflow as tf
 from keras_structured.applications.parsing.batching import make_dataset
 from keras_structured.applications.parsing.conllu_reader import read_conllu
 from keras_structured.applications.parsing.evaluation import attachment_scores
-from keras_structured.applications.parsing.model import ArcScorer, build_parser, make_loss
+from keras_structured.applications.parsing.model import (
+    ArcScorer,
+    EndOfSentence,
+    RelationScorer,
+    build_parser,
+    make_loss,
+)
 from keras_structured.applications.parsing.training import decode, predict_scores, sparse_trees
 from keras_structured.applications.parsing.vocabulary import Vocabulary
 from tests.cli_runs import SAMPLE_CONLLU as SAMPLE
@@ -22,6 +30,46 @@ SMALL = {"word_dim": 24, "tag_dim": 8, "lstm_units": 24, "lstm_layers": 1, "mlp_
 def test_arc_scorer_layer(tmp_path):
     tokens = np.random.default_rng(0).normal(size=(2, 4, 6)).astype("float32")
     check_layer(ArcScorer, {"units": 5}, tokens, tmp_path=tmp_path)
+
+
+def test_arc_scorer_layer_with_a_learned_root_and_a_random_bias(tmp_path):
+    tokens = np.random.default_rng(0).normal(size=(2, 4, 6)).astype("float32")
+    layer = check_layer(
+        ArcScorer,
+        {"units": 5, "root": "learned", "bias_initializer": "glorot_uniform"},
+        tokens,
+        tmp_path=tmp_path,
+    )
+    assert layer.root_vector.shape == (5,) and np.all(layer.dependent.bias.numpy() != 0)
+
+
+def test_end_of_sentence_layer(tmp_path):
+    tokens = np.random.default_rng(0).normal(size=(2, 4, 3)).astype("float32")
+    mask = np.array([[True, True, False, False], [True, True, True, True]])
+    layer = check_layer(EndOfSentence, {}, tokens, call_kwargs={"mask": mask}, tmp_path=tmp_path)
+    outputs = layer(tokens, mask=mask).numpy()
+    end = layer.vector.numpy()
+    np.testing.assert_array_equal(outputs[0, :2], tokens[0, :2])
+    np.testing.assert_allclose(outputs[0, 2], end)
+    np.testing.assert_array_equal(outputs[0, 3:], 0.0)  # padding
+    np.testing.assert_allclose(outputs[1, 4], end)
+    np.testing.assert_array_equal(
+        layer.compute_mask(tf.constant(tokens), tf.constant(mask)).numpy(),
+        [[True, True, True, False, False], [True, True, True, True, True]],
+    )
+
+
+def test_relation_scorer_layer(tmp_path):
+    rng = np.random.default_rng(0)
+    tokens = rng.normal(size=(2, 4, 6)).astype("float32")
+    heads = np.array([[-1, 2, 0, 2], [-1, 0, 1, -1]], np.int32)
+    layer = check_layer(RelationScorer, {"num_relations": 5, "units": 3}, [tokens, heads], tmp_path=tmp_path)
+    logits = layer([tokens, heads]).numpy()
+    w_1, b_1 = layer.hidden.kernel.numpy(), layer.hidden.bias.numpy()
+    w_2, b_2 = layer.output_logits.kernel.numpy(), layer.output_logits.bias.numpy()
+    for b, m in ((0, 1), (0, 3), (1, 2)):
+        pair = np.concatenate([tokens[b, heads[b, m]], tokens[b, m]])
+        np.testing.assert_allclose(logits[b, m], np.tanh(pair @ w_1 + b_1) @ w_2 + b_2, rtol=1e-5, atol=1e-6)
 
 
 def test_arc_scorer_scores_every_pair_with_the_perceptron():
@@ -53,6 +101,14 @@ def test_bad_arguments_are_named():
         build_parser(10, 5, lstm_layers=0)
     with pytest.raises(ValueError, match="dropout"):
         build_parser(10, 5, dropout=1.0)
+    with pytest.raises(ValueError, match="Received: root='bos'"):
+        ArcScorer(3, root="bos")
+    with pytest.raises(ValueError, match="Received: arc_bias_initializer='ones'"):
+        build_parser(10, 5, arc_bias_initializer="ones")
+    with pytest.raises(ValueError, match="Received: reduction='max'"):
+        make_loss("crf", reduction="max")
+    with pytest.raises(ValueError, match="Received: num_relations=0"):
+        RelationScorer(0)
 
 
 def test_dropout_acts_in_training_only():

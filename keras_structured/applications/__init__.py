@@ -9,7 +9,8 @@ checkpoints, resume, progress CSV and TensorBoard for ``model.fit`` runs) and
 :mod:`~keras_structured.applications.timing` (interleaved training-step timing).
 
 ``import keras_structured.applications`` registers the applications' layers (the NLI
-model's ``Alignment`` and ``MaskedPooling``, the parser's ``ArcScorer``) with Keras, so that
+model's ``Alignment`` and ``MaskedPooling``, the parser's ``ArcScorer``, ``EndOfSentence``,
+``RelationScorer`` and ``RelationCrossEntropy``) with Keras, so that
 ``keras.saving.load_model`` reads their saved models (neither module imports an optional
 dependency).
 """

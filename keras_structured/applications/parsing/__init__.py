@@ -3,10 +3,12 @@
 Submodules, imported on demand (reading CoNLL-U needs the optional ``conllu`` package):
 
 * ``conllu_reader``: :class:`Sentence`, ``read_conllu`` and ``treebank_paths``;
-* ``vocabulary``: word and tag ids, and word dropout;
+* ``vocabulary``: word, tag and relation ids, and word dropout;
 * ``batching``: ``make_dataset``, length-bucketed padded batches for ``tf.data``;
-* ``evaluation``: unlabeled attachment scores;
-* ``model``: Kiperwasser & Goldberg's BiLSTM arc scorer and the five tree losses;
+* ``evaluation``: attachment scores, unlabeled and labeled (UAS, LAS);
+* ``model``: Kiperwasser & Goldberg's BiLSTM arc scorer, its arc-label classifier and the five
+  tree losses;
+* ``presets``: named configurations (``sparsemap-paper``: the SparseMAP authors' parser);
 * ``training``: training with resume, evaluation and SparseMAP tree supports (the command
   line ``python -m keras_structured.applications.parsing``);
 * ``figures``: the paper's Figure 3 (trees with weights) and Figure 4 (sparsity) plots;

@@ -10,10 +10,13 @@ tensor      shape       dtype    padding
 words       ``(b, m)``  int32    ``PAD_ID`` (0); position 0 is ``ROOT_ID`` (2)
 tags        ``(b, m)``  int32    ``PAD_ID`` (0); position 0 is ``ROOT_ID`` (2)
 heads       ``(b, m)``  int32    ``-1``; position 0 (the root) holds ``-1`` too
+relations   ``(b, m)``  int32    ``-1``; position 0 (the root) holds ``-1`` too
 ==========  ==========  =======  ====================================================
 
 The heads use the convention of the dependency-tree structure (``-1`` exactly at the
-root and the padding), so a loss reads each sentence's length from its gold heads.
+root and the padding), so a loss reads each sentence's length from its gold heads. A
+vocabulary without tags (``tag_column="none"``) gives no ``tags``; the relations are
+there for a labelled parser only (``labels=True``), whose inputs hold the heads too.
 """
 
 from __future__ import annotations
@@ -38,12 +41,21 @@ def make_dataset(
     seed: int | None = None,
     word_dropout_alpha: float = 0.0,
     bucket_width: int = 10,
+    labels: bool = False,
+    heads: Sequence[np.ndarray] | None = None,
 ) -> tf.data.Dataset:
     """A dataset of padded batches ``({"words": words, "tags": tags}, heads)``.
 
     Shapes (``b`` sentences in the batch, ``m`` = one plus the batch's longest sentence):
     ``words``, ``tags`` and ``heads`` are ``(b, m)`` int32; words and tags are padded
     with 0, heads with -1, and every row starts with the root (word and tag id 2, head -1).
+    A vocabulary without tags (``tag_column="none"``) gives ``{"words": words}`` alone.
+
+    With ``labels=True`` (a labelled parser, which reads each word's head to classify its
+    relation), the batches are ``({"words", "tags", "heads"}, {"arcs": heads, "labels":
+    relations})``: the heads are an input as well as the target of the tree loss, and
+    ``relations`` holds the relation ids (:meth:`Vocabulary.encode_relations`), ``-1`` at
+    the root and the padding.
 
     Two orders:
 
@@ -74,12 +86,16 @@ def make_dataset(
         word_dropout_alpha: the word dropout constant ``alpha >= 0``; 0 for none.
         bucket_width: the width of the length buckets, in words, ``>= 1``
             (``shuffle=True`` only).
+        labels: the batches of a labelled parser (above).
+        heads: one head vector ``(n + 1,)`` per sentence to use instead of the sentences'
+            own (the predicted trees, whose relations a labelled parser then classifies).
 
     Returns:
         The ``tf.data.Dataset``, finite (one epoch per iteration) and prefetched.
 
     Raises:
-        ValueError: if ``sentences`` is empty or an argument is out of range.
+        ValueError: if ``sentences`` is empty, an argument is out of range, or ``heads``
+            does not hold one head vector per sentence.
 
     Example:
         >>> s = Sentence(("Dogs", "bark"), ("NOUN", "VERB"), np.array([-1, 2, 0]), ("nsubj", "root"))
@@ -97,22 +113,42 @@ def make_dataset(
     seed = check_integer("seed", seed, allow_none=True)
     word_dropout_alpha = check_number("word_dropout_alpha", word_dropout_alpha, minimum=0.0)
     bucket_width = check_integer("bucket_width", bucket_width, minimum=1)
+    labels = check_bool("labels", labels)
+    if heads is None:
+        heads = [sentence.heads for sentence in sentences]
+    elif len(heads) != len(sentences) or any(
+        np.shape(h) != (s.length + 1,) for h, s in zip(heads, sentences, strict=False)
+    ):
+        raise ValueError(
+            "heads must hold one head vector of shape (n + 1,) per sentence. "
+            f"Received: {len(heads)} head vectors for {len(sentences)} sentences"
+        )
 
     # All sentences concatenated: sentence i is flat[starts[i] : starts[i] + sizes[i]].
     encoded = [vocabulary.encode(sentence) for sentence in sentences]
     sizes = np.array([sentence.length + 1 for sentence in sentences], np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    flat_words = tf.constant(np.concatenate([words for words, _ in encoded]))
-    flat_tags = tf.constant(np.concatenate([tags for _, tags in encoded]))
-    flat_heads = tf.constant(np.concatenate([sentence.heads for sentence in sentences]).astype(np.int32))
+    flat = {"words": np.concatenate([words for words, _ in encoded])}
+    if vocabulary.num_tags:
+        flat["tags"] = np.concatenate([tags for _, tags in encoded])
+    if labels:
+        flat["heads"] = np.concatenate(heads).astype(np.int32)
+    flat = {name: tf.constant(ids) for name, ids in flat.items()}
+    flat_heads = tf.constant(np.concatenate(heads).astype(np.int32))
+    if labels:
+        relations = [vocabulary.encode_relations(sentence) for sentence in sentences]
+        flat_relations = tf.constant(np.concatenate(relations))
     starts, sizes_tensor = tf.constant(starts), tf.constant(sizes)
 
     def example(index):
         rows = tf.range(starts[index], starts[index] + sizes_tensor[index])
-        features = {"words": tf.gather(flat_words, rows), "tags": tf.gather(flat_tags, rows)}
+        features = {name: tf.gather(ids, rows) for name, ids in flat.items()}
+        if labels:
+            return features, {"arcs": tf.gather(flat_heads, rows), "labels": tf.gather(flat_relations, rows)}
         return features, tf.gather(flat_heads, rows)
 
-    padding_values = ({"words": PAD_ID, "tags": PAD_ID}, -1)
+    feature_padding = {name: -1 if name == "heads" else PAD_ID for name in flat}
+    padding_values = (feature_padding, {"arcs": -1, "labels": -1} if labels else -1)
     dataset = tf.data.Dataset.range(len(sentences))
     if shuffle:
         dataset = dataset.shuffle(len(sentences), seed=seed, reshuffle_each_iteration=True)
@@ -123,7 +159,7 @@ def make_dataset(
         per_bucket = np.bincount((sizes - 1) // bucket_width, minlength=num_buckets)
         batches = int(np.sum(-(-per_bucket // batch_size)))
         dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda features, heads: tf.shape(heads)[0],
+            element_length_func=lambda features, targets: tf.shape(features["words"])[0],
             bucket_boundaries=[k * bucket_width + 1 for k in range(1, num_buckets)],
             bucket_batch_sizes=[batch_size] * num_buckets,
             padding_values=padding_values,
@@ -140,10 +176,10 @@ def make_dataset(
         batch_seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
 
         def drop_words(batch, batch_seed):
-            features, heads = batch
+            features, targets = batch
             dropout_seed = tf.stack([batch_seed, tf.constant(0, tf.int64)])
             words = word_dropout(features["words"], counts, word_dropout_alpha, seed=dropout_seed)
-            return {"words": words, "tags": features["tags"]}, heads
+            return {**features, "words": words}, targets
 
         dataset = tf.data.Dataset.zip((dataset, batch_seeds)).map(drop_words)
     return dataset.prefetch(tf.data.AUTOTUNE)

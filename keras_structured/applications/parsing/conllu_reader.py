@@ -14,7 +14,9 @@ every tree as it is, non-projective ones included, after checking that it is a t
 (:func:`tree_problems`: every word reaches the root, with no cycle; with the single-root
 constraint, one word attached to the root). The head vector of a sentence has
 ``n + 1`` entries, the first one for the root (``-1``), the same convention as the
-dependency-tree structure of :mod:`keras_structured.engine.dependency_tree`.
+dependency-tree structure of :mod:`keras_structured.engine.dependency_tree`. A file to be
+parsed (trees optional, every line written back) is read by
+:mod:`keras_structured.applications.parsing.conllu_files` instead.
 
 Lines are parsed by the ``conllu`` package (an optional dependency, imported when a file
 is read). Each line is checked before ``conllu`` sees it, so that malformed input fails
@@ -50,7 +52,7 @@ _EMPTY_NODE_ID = re.compile(r"(?:0|[1-9][0-9]*)\.[1-9][0-9]*")
 _HEAD_VALUE = re.compile(r"0|[1-9][0-9]*")
 #: The tag columns a parser can embed: universal (UPOS, :attr:`Sentence.tags`) or the
 #: treebank's own (XPOS, :attr:`Sentence.xpos`).
-TAG_COLUMNS = ("upos", "xpos")
+TAG_COLUMNS = ("upos", "xpos", "none")  # "none": no tags, a parser of the words alone
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -201,8 +203,9 @@ class _CheckedLines:
         return line
 
 
-def _check_line(text: str, where: str) -> list[str]:
-    """The ten columns of a token line, checked: column count, ID form, integer HEAD of words."""
+def _check_line(text: str, where: str, head_required: bool = True) -> list[str]:
+    """The ten columns of a token line, checked: column count, ID form, integer HEAD of words
+    (or ``_`` as well, without ``head_required``: a file to be parsed need not have trees)."""
     columns = text.split("\t")
     if len(columns) != _NUM_COLUMNS:
         raise ValueError(
@@ -217,9 +220,10 @@ def _check_line(text: str, where: str) -> list[str]:
             )
     token_id = columns[_ID]
     if _WORD_ID.fullmatch(token_id):
-        if not _HEAD_VALUE.fullmatch(columns[_HEAD]):
+        if not (_HEAD_VALUE.fullmatch(columns[_HEAD]) or (columns[_HEAD] == "_" and not head_required)):
+            required = "a non-negative integer" if head_required else "'_' or a non-negative integer"
             raise ValueError(
-                f"Malformed CoNLL-U line at {where}: HEAD must be a non-negative integer. "
+                f"Malformed CoNLL-U line at {where}: HEAD must be {required}. "
                 f"Received: head={columns[_HEAD]!r}"
             )
         return columns

@@ -59,14 +59,19 @@ def time_training_steps(logdirs: Sequence, steps: int = 30, seed: int = 0) -> di
     order = np.random.default_rng(seed).permutation(len(train))[: steps * size]
     chosen = [train[i] for i in order]
 
-    def run_steps(model: keras.Model, vocabulary: Vocabulary) -> list:
-        batches = list(make_dataset(chosen, vocabulary, size, shuffle=False).as_numpy_iterator())
+    def run_steps(model: keras.Model, vocabulary: Vocabulary, labels: bool) -> list:
+        dataset = make_dataset(chosen, vocabulary, size, shuffle=False, labels=labels)
         return [
-            lambda inputs=inputs, heads=heads: model.train_on_batch(inputs, heads)
-            for inputs, heads in batches
+            lambda inputs=inputs, targets=targets: model.train_on_batch(inputs, targets)
+            for inputs, targets in dataset.as_numpy_iterator()
         ]
 
-    seconds = interleaved_step_seconds([run_steps(model, vocabulary) for model, vocabulary, _ in runs])
+    seconds = interleaved_step_seconds(
+        [
+            run_steps(model, vocabulary, run_config.get("labels", False))
+            for model, vocabulary, run_config in runs
+        ]
+    )
     results = {}
     for logdir, (_, _, run_config), run_seconds in zip(logdirs, runs, seconds, strict=True):
         summary = step_summary(run_seconds)

@@ -1,4 +1,4 @@
-"""Word and tag ids for a dependency parser, and word dropout.
+"""Word, tag and relation ids for a dependency parser, and word dropout.
 
 Ids ``0``, ``1`` and ``2`` are reserved, for words and tags alike:
 
@@ -9,6 +9,10 @@ id    name        use
 1     ``<unk>``   a word or tag not in the vocabulary, or a dropped word
 2     ``<root>``  position 0 of every encoded sentence, the artificial root
 ====  ==========  =====================================================
+
+Dependency relations (the DEPREL column, full labels such as ``nmod:poss``) have ids of their
+own, for the arc-label classifier: ``0`` is ``<unk>`` (a relation not seen in training), the
+training relations follow from ``1``, and ``-1`` marks the root and the padding of a batch.
 
 Word dropout (Kiperwasser & Goldberg, 2016, "Simple and Accurate Dependency Parsing
 Using Bidirectional LSTM Feature Representations") replaces, during training, a word
@@ -34,7 +38,17 @@ import tensorflow as tf
 from keras_structured.applications.parsing.conllu_reader import TAG_COLUMNS, Sentence
 from keras_structured.validation import check_bool, check_integer, check_number, check_one_of
 
-__all__ = ["NUMBER", "NUM_RESERVED", "PAD_ID", "RESERVED", "ROOT_ID", "UNK_ID", "Vocabulary", "word_dropout"]
+__all__ = [
+    "NUMBER",
+    "NUM_RESERVED",
+    "PAD_ID",
+    "RESERVED",
+    "ROOT_ID",
+    "UNK_ID",
+    "UNK_RELATION_ID",
+    "Vocabulary",
+    "word_dropout",
+]
 
 PAD_ID = 0
 UNK_ID = 1
@@ -44,11 +58,13 @@ RESERVED = ("<pad>", "<unk>", "<root>")
 NUM_RESERVED = len(RESERVED)
 #: The word that stands for every number under ``collapse_numbers`` (Kiperwasser & Goldberg's "NUM").
 NUMBER = "<num>"
+#: The id of a relation not in the vocabulary (its name is ``RESERVED[UNK_ID]``, ``"<unk>"``).
+UNK_RELATION_ID = 0
 
 
-def _index(items: Sequence[str], name: str) -> dict[str, int]:
-    """Ids of ``items`` from ``NUM_RESERVED`` on; reserved names in the data get their own id."""
-    ids = {item: NUM_RESERVED + i for i, item in enumerate(items)}
+def _index(items: Sequence[str], name: str, first: int = NUM_RESERVED) -> dict[str, int]:
+    """Ids of ``items`` from ``first`` on; reserved names in the data get their own id."""
+    ids = {item: first + i for i, item in enumerate(items)}
     if len(ids) != len(items):
         duplicates = sorted(item for item, count in collections.Counter(items).items() if count > 1)
         raise ValueError(f"{name} must not repeat an entry. Received: duplicates={duplicates[:10]}")
@@ -59,7 +75,7 @@ def _index(items: Sequence[str], name: str) -> dict[str, int]:
 
 
 class Vocabulary:
-    """Word and tag ids of a treebank, with the training counts of the words.
+    """Word, tag and relation ids of a treebank, with the training counts of the words.
 
     Words are kept as written (case preserved: "The" and "the" are two words) unless
     ``lowercase=True``, which lowercases words when the vocabulary is built and when
@@ -67,29 +83,36 @@ class Vocabulary:
     is an ASCII digit ("3", "1,000", "2nd") the one word :data:`NUMBER`. Both together are
     Kiperwasser & Goldberg's normalisation, which the SparseMAP paper's parser uses. Tags
     are never normalised; ``tag_column`` says which tags of a sentence are looked up: the
-    universal tags (``"upos"``, :attr:`Sentence.tags`) or the treebank's own (``"xpos"``,
-    :attr:`Sentence.xpos`, which Kiperwasser & Goldberg's parser reads).
+    universal tags (``"upos"``, :attr:`Sentence.tags`), the treebank's own (``"xpos"``,
+    :attr:`Sentence.xpos`, which Kiperwasser & Goldberg's parser reads), or none
+    (``"none"``: a parser of words alone, which reads plain tokenised text; the vocabulary
+    then has no tag ids, :attr:`num_tags` is 0 and :meth:`encode` returns no tag ids).
 
     Args:
         words: the known words (normalised), given ids ``3, 4, ...`` in this order.
-        tags: the known tags, given ids ``3, 4, ...`` in this order.
+        tags: the known tags, given ids ``3, 4, ...`` in this order (none for ``"none"``).
         counts: the training count of each word in ``words`` (default: zeros).
         lowercase: whether words are lowercased before look-up.
         collapse_numbers: whether words starting with a digit are looked up as :data:`NUMBER`.
-        tag_column: ``"upos"`` or ``"xpos"``, the tags that :meth:`encode` reads.
+        tag_column: ``"upos"``, ``"xpos"`` or ``"none"``, the tags that :meth:`encode` reads.
+        relations: the known dependency relations (full labels), given ids ``1, 2, ...`` in
+            this order (id 0 is the unknown relation). A vocabulary written before relations
+            were kept has none.
 
     Raises:
-        ValueError: for repeated words or tags, counts that are not one non-negative
-            integer per word, or another ``tag_column``.
+        ValueError: for repeated words, tags or relations, counts that are not one
+            non-negative integer per word, another ``tag_column``, or tags with ``"none"``.
 
     Example:
         >>> sentence = Sentence(("The", "dog", "barks"), ("DET", "NOUN", "VERB"),
         ...                     np.array([-1, 2, 3, 0]), ("det", "nsubj", "root"))
         >>> vocabulary = Vocabulary.from_sentences([sentence])
-        >>> vocabulary.num_words, vocabulary.num_tags
-        (6, 6)
+        >>> vocabulary.num_words, vocabulary.num_tags, vocabulary.num_relations
+        (6, 6, 4)
         >>> [ids.tolist() for ids in vocabulary.encode(sentence)]
         [[2, 3, 4, 5], [2, 3, 4, 5]]
+        >>> vocabulary.encode_relations(sentence).tolist()
+        [-1, 1, 2, 3]
     """
 
     def __init__(
@@ -100,14 +123,22 @@ class Vocabulary:
         lowercase: bool = False,
         collapse_numbers: bool = False,
         tag_column: str = "upos",
+        relations: Sequence[str] = (),
     ) -> None:
         self._lowercase = check_bool("lowercase", lowercase)
         self._collapse_numbers = check_bool("collapse_numbers", collapse_numbers)
         self._tag_column = check_one_of("tag_column", tag_column, TAG_COLUMNS)
         self._words = tuple(words)
         self._tags = tuple(tags)
+        self._relations = tuple(relations)
+        if self._tags and self._tag_column == "none":
+            raise ValueError(
+                f"A vocabulary with tag_column='none' has no tags. Received: {len(self._tags)} tags "
+                f"({list(self._tags[:5])}...)"
+            )
         self._word_ids = _index(self._words, "words")
         self._tag_ids = _index(self._tags, "tags")
+        self._relation_ids = _index(self._relations, "relations", first=UNK_RELATION_ID + 1)
         if counts is None:
             counts = [0] * len(self._words)
         counts = np.asarray(counts)
@@ -134,14 +165,15 @@ class Vocabulary:
         """The vocabulary of a training set.
 
         Words seen at least ``min_count`` times get an id, the most frequent first (ties in
-        order of first appearance); rarer words are unknown (id 1). Every tag gets an id.
+        order of first appearance); rarer words are unknown (id 1). Every tag and every
+        dependency relation gets an id, the most frequent first.
 
         Args:
             sentences: the training sentences.
             min_count: the fewest occurrences for a word to get an id.
             lowercase: whether to lowercase words (case is preserved by default).
             collapse_numbers: whether words starting with a digit count as :data:`NUMBER`.
-            tag_column: ``"upos"`` or ``"xpos"``, the tags to count and look up.
+            tag_column: ``"upos"``, ``"xpos"`` or ``"none"``, the tags to count and look up.
 
         Returns:
             The vocabulary, with the word counts.
@@ -159,9 +191,11 @@ class Vocabulary:
         empty = cls([], [], lowercase=lowercase, collapse_numbers=collapse_numbers, tag_column=tag_column)
         word_counts: collections.Counter = collections.Counter()
         tag_counts: collections.Counter = collections.Counter()
+        relation_counts: collections.Counter = collections.Counter()
         for sentence in sentences:
             word_counts.update(map(empty.normalize, sentence.words))
             tag_counts.update(empty.sentence_tags(sentence))
+            relation_counts.update(sentence.relations)
         kept = [(word, count) for word, count in word_counts.most_common() if count >= min_count]
         return cls(
             words=[word for word, _ in kept],
@@ -170,6 +204,7 @@ class Vocabulary:
             lowercase=lowercase,
             collapse_numbers=collapse_numbers,
             tag_column=tag_column,
+            relations=[relation for relation, _ in relation_counts.most_common()],
         )
 
     @property
@@ -179,8 +214,15 @@ class Vocabulary:
 
     @property
     def num_tags(self) -> int:
-        """The number of tag ids, reserved ids included (the size of a tag embedding)."""
-        return NUM_RESERVED + len(self._tags)
+        """The number of tag ids, reserved ids included (the size of a tag embedding); 0 when
+        the vocabulary reads no tags (``tag_column="none"``)."""
+        return 0 if self._tag_column == "none" else NUM_RESERVED + len(self._tags)
+
+    @property
+    def num_relations(self) -> int:
+        """The number of relation ids, the unknown relation (id 0) included (the number of
+        classes of the arc-label classifier)."""
+        return UNK_RELATION_ID + 1 + len(self._relations)
 
     @property
     def lowercase(self) -> bool:
@@ -194,15 +236,18 @@ class Vocabulary:
 
     @property
     def tag_column(self) -> str:
-        """``"upos"`` or ``"xpos"``: the tags of a sentence that are looked up."""
+        """``"upos"``, ``"xpos"`` or ``"none"``: the tags of a sentence that are looked up."""
         return self._tag_column
 
     def sentence_tags(self, sentence: Sentence) -> tuple[str, ...]:
-        """The tags of ``sentence`` that this vocabulary looks up (:attr:`tag_column`).
+        """The tags of ``sentence`` that this vocabulary looks up (:attr:`tag_column`; none
+        for ``"none"``).
 
         Raises:
             ValueError: for ``"xpos"`` and a sentence without XPOS tags.
         """
+        if self._tag_column == "none":
+            return ()
         if self._tag_column == "upos" or sentence.length == 0:
             return sentence.tags
         if not sentence.xpos:
@@ -236,8 +281,13 @@ class Vocabulary:
 
     @property
     def tags(self) -> tuple[str, ...]:
-        """The tag of each id, the reserved names at ids 0, 1, 2."""
-        return RESERVED + self._tags
+        """The tag of each id, the reserved names at ids 0, 1, 2 (none for ``"none"``)."""
+        return () if self._tag_column == "none" else RESERVED + self._tags
+
+    @property
+    def relations(self) -> tuple[str, ...]:
+        """The relation of each id, ``"<unk>"`` at id 0."""
+        return (RESERVED[UNK_ID], *self._relations)
 
     def word_id(self, word: str) -> int:
         """The id of ``word`` (normalised first, :meth:`normalize`), ``UNK_ID`` if unknown."""
@@ -247,7 +297,17 @@ class Vocabulary:
         """The id of ``tag``, ``UNK_ID`` if unknown."""
         return self._tag_ids.get(tag, UNK_ID)
 
-    def encode(self, sentence: Sentence) -> tuple[np.ndarray, np.ndarray]:
+    def relation_id(self, relation: str) -> int:
+        """The id of the dependency relation ``relation`` (a full label), ``UNK_RELATION_ID`` (0)
+        if unknown."""
+        return self._relation_ids.get(relation, UNK_RELATION_ID)
+
+    def encode_relations(self, sentence: Sentence) -> np.ndarray:
+        """The relation ids of a sentence's words: ``(n + 1,)`` int32, ``-1`` at the root (position 0)."""
+        ids = np.fromiter(map(self.relation_id, sentence.relations), np.int32, sentence.length)
+        return np.concatenate([np.array([-1], np.int32), ids])
+
+    def encode(self, sentence: Sentence) -> tuple[np.ndarray, np.ndarray | None]:
         """The word ids and tag ids of a sentence, the root first.
 
         Args:
@@ -255,7 +315,8 @@ class Vocabulary:
 
         Returns:
             ``(word_ids, tag_ids)``, each of shape ``(n + 1,)`` and dtype int32, with
-            ``ROOT_ID`` (2) at position 0 and ``UNK_ID`` (1) for unknown words and tags.
+            ``ROOT_ID`` (2) at position 0 and ``UNK_ID`` (1) for unknown words and tags;
+            ``tag_ids`` is None for a vocabulary without tags (``tag_column="none"``).
 
         Example:
             >>> vocabulary = Vocabulary(words=["dog"], tags=["NOUN"])
@@ -264,9 +325,11 @@ class Vocabulary:
             [2, 3, 1]
         """
         word_ids = np.fromiter((self.word_id(word) for word in sentence.words), np.int32, sentence.length)
+        root = np.array([ROOT_ID], np.int32)
+        if self._tag_column == "none":
+            return np.concatenate([root, word_ids]), None
         tags = self.sentence_tags(sentence)
         tag_ids = np.fromiter((self.tag_id(tag) for tag in tags), np.int32, sentence.length)
-        root = np.array([ROOT_ID], np.int32)
         return np.concatenate([root, word_ids]), np.concatenate([root, tag_ids])
 
     def get_config(self) -> dict[str, Any]:
@@ -274,7 +337,8 @@ class Vocabulary:
 
         Returns:
             ``{"words": [...], "tags": [...], "counts": [...], "lowercase": bool,
-            "collapse_numbers": bool, "tag_column": str}``, the reserved ids left out.
+            "collapse_numbers": bool, "tag_column": str, "relations": [...]}``, the reserved
+            ids left out.
         """
         return {
             "words": list(self._words),
@@ -283,6 +347,7 @@ class Vocabulary:
             "lowercase": self._lowercase,
             "collapse_numbers": self._collapse_numbers,
             "tag_column": self._tag_column,
+            "relations": list(self._relations),
         }
 
     @classmethod
@@ -290,7 +355,8 @@ class Vocabulary:
         """The vocabulary of :meth:`get_config`'s dict.
 
         Args:
-            config: the dict, e.g. read back from JSON.
+            config: the dict, e.g. read back from JSON (one written before tag columns or
+                relations were kept reads UPOS tags and has no relations).
 
         Returns:
             A vocabulary with the same ids and counts.
@@ -309,7 +375,8 @@ class Vocabulary:
 
     def __repr__(self) -> str:
         return (
-            f"Vocabulary(num_words={self.num_words}, num_tags={self.num_tags}, lowercase={self._lowercase}, "
+            f"Vocabulary(num_words={self.num_words}, num_tags={self.num_tags}, "
+            f"num_relations={self.num_relations}, lowercase={self._lowercase}, "
             f"collapse_numbers={self._collapse_numbers}, tag_column={self._tag_column!r})"
         )
 
