@@ -622,7 +622,7 @@ def test_report_tables_missing_verdict_and_figures(tmp_path):
     assert verdict["en"] == [
         "sparsemap 87.20 ± 0.20 (2 seeds)",
         "ahead (+1.20, spread 0.20, seeds 2/1)",
-        "tie (+26.13, spread 38.55, seeds 2/3)",  # the seed-2 hinge run's 10.00 widens the spread
+        "collapsed (+26.13, spread 38.55, seeds 2/3)",  # the seed-2 hinge run's 10.00: > 20 points behind
     ]
     assert verdict["vi"][1:] == [
         "behind (-1.00, spread 0.20, seeds 2/2)",
@@ -702,11 +702,11 @@ def test_sparsemap_verdict_claim_rules():
         }
 
     table = {
-        "en": scores(87.0, 86.0, 30.0),
-        "vi": scores(72.0, 71.0, 30.0),
-        "ja": scores(93.1, 93.0, 30.0, 1),
+        "en": scores(87.0, 86.0, 85.0),
+        "vi": scores(72.0, 71.0, 70.0),
+        "ja": scores(93.1, 93.0, 90.0, 1),
     }
-    table |= {"zh": scores(82.0, 81.9, 30.0), "ro": scores(70.0, 68.0, 30.0, 1)}
+    table |= {"zh": scores(82.0, 81.9, 80.0), "ro": scores(70.0, 68.0, 66.0, 1)}
     uas = {(language, loss): values for language, row in table.items() for loss, values in row.items()}
     lines = bench.sparsemap_verdict(uas, list(bench.LANGUAGES))
     rows = table_rows("\n".join(lines))
@@ -714,7 +714,13 @@ def test_sparsemap_verdict_claim_rules():
     assert rows["ja"][1] == "ahead (+0.10, one seed each: no spread)"
     assert lines[-1].startswith("Reproduced: the paper's claim")
     assert "ahead of both on 4 of 5: en, vi, ja, ro (ja, ro from one seed, without a spread)" in lines[-1]
-    assert "against crf: 4 ahead, 1 tie, 0 behind; against hinge: 5 ahead, 0 tie, 0 behind." in lines[-1]
+    assert "against crf: 4 ahead, 1 tie, 0 behind, 0 collapsed; against hinge: 5 ahead" in lines[-1]
+
+    collapsed = dict(uas) | {("en", "hinge"): [66.9]}  # 20.1 points behind: a failed baseline
+    lines = bench.sparsemap_verdict(collapsed, list(bench.LANGUAGES))
+    assert table_rows("\n".join(lines))["en"][2] == "collapsed (+20.10, spread 0.10, seeds 3/1)"
+    assert lines[-1].startswith("Not decided:") and "Collapsed" in lines[-1] and "hinge on en." in lines[-1]
+    assert "against hinge: 4 ahead, 0 tie, 0 behind, 1 collapsed." in lines[-1]
 
     uas["vi", "crf"] = [72.5, 72.5, 72.5]  # vi: behind CRF now, 3 of 5 left
     lines = bench.sparsemap_verdict(uas, list(bench.LANGUAGES))
