@@ -7,9 +7,10 @@
 2. eager call: finite outputs whose shapes are those of ``compute_output_shape`` and of a
    symbolic call on ``keras.Input``; the ``from_config(get_config())`` clone, given the same
    weights, returns the same outputs;
-3. ``tf.function``: the same outputs as eager;
+3. compiled call: the same outputs as eager, under ``tf.function`` on TensorFlow and, when
+   ``supports_jit``, ``jax.jit`` of ``stateless_call`` on JAX (nothing on PyTorch);
 4. ``model.fit``: two Adam steps on a squared error to random targets give a finite loss
-   and move every trainable weight of the layer, or those of an upstream ``Dense``
+   and move every trainable weight of the layer, or the kernel of an upstream ``Dense``
    (initialised to the identity) when the layer has none;
 5. ``.keras`` save and load of the trained model: same layer class and config, identical
    outputs (eager calls of both models);
@@ -21,7 +22,11 @@
    ``tf.numpy_function`` or ``tf.py_function``, e.g. a MAP oracle); when True, the call
    compiles with XLA and agrees with eager. Checked last and raised as
    :class:`SupportsJitMismatch`, so that a test can mark a known wrong flag as an expected
-   failure (``raises=SupportsJitMismatch``) without hiding the other checks.
+   failure (``raises=SupportsJitMismatch``) without hiding the other checks. TensorFlow only:
+   on the other backends ``supports_jit`` only chooses whether check 3 runs.
+
+Checks 1, 2 and 4-6 run on every Keras backend (``tests/backend_harness.py`` runs this helper
+under JAX and PyTorch).
 
 Call-time tensors other than the inputs (a ``mask``, ``lengths``) go in ``call_kwargs``;
 in the models they become extra ``keras.Input``s passed by keyword.
@@ -35,7 +40,6 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
@@ -112,7 +116,7 @@ def check_layer(
     symbolic = _model(layer_class(**init_kwargs), inputs, call_kwargs)
     _assert_shapes(_structure_like(symbolic.outputs, outputs, lambda t: t.shape), outputs, "symbolic call")
 
-    python_ops = _check_tf_function(layer, inputs, call_kwargs, outputs, graph_tol)
+    python_ops = _check_compiled(layer, inputs, call_kwargs, outputs, graph_tol)
     model = _check_fit(layer_class, init_kwargs, inputs, call_kwargs, outputs, upstream_activation)
     _check_save_load(model, layer_class, inputs, call_kwargs, tmp_path, custom_objects)
     _check_mixed_precision(
@@ -143,15 +147,37 @@ def _python_ops(graph) -> set[str]:
     return ops & PYTHON_OPS
 
 
-def _check_tf_function(layer, inputs, call_kwargs, expected, tol) -> set[str]:
-    """``tf.function`` agrees with eager; returns the Python-calling ops of the traced call."""
+def _check_compiled(layer, inputs, call_kwargs, expected, tol) -> set[str]:
+    """The compiled call agrees with eager; returns the Python-calling ops of the traced call
+    (TensorFlow; an empty set on the other backends)."""
     x, kwargs = _tensors(inputs), _tensors(call_kwargs)
+    backend = keras.backend.backend()
+    if backend == "jax" and layer.supports_jit:
+        import jax
+
+        def call(trainable, non_trainable, x, kwargs):
+            return layer.stateless_call(trainable, non_trainable, x, **kwargs)[0]
+
+        variables = (
+            [v.value for v in layer.trainable_variables],
+            [v.value for v in layer.non_trainable_variables],
+        )
+        compiled = jax.jit(call)(*variables, x, kwargs)
+        _assert_close(_numpy(compiled), expected, tol, f"{type(layer).__name__} under jax.jit")
+    if backend != "tensorflow":
+        return set()
+    import tensorflow as tf
+
     traced = tf.function(_caller(layer)).get_concrete_function(x, kwargs)
     _assert_close(_numpy(traced(x, kwargs)), expected, tol, f"{type(layer).__name__} under tf.function")
     return _python_ops(traced.graph)
 
 
 def _check_supports_jit(layer, python_ops: set[str], inputs, call_kwargs, expected, tol) -> None:
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
     name = type(layer).__name__
     if layer.supports_jit == bool(python_ops):
         raise SupportsJitMismatch(
@@ -180,7 +206,9 @@ def _check_fit(layer_class, init_kwargs, inputs, call_kwargs, outputs, upstream_
             first.shape[-1], kernel_initializer="identity", activation=upstream_activation
         )
     model = _model(layer, inputs, call_kwargs, upstream)
-    watched = upstream.trainable_weights if upstream is not None else layer.trainable_weights
+    # The upstream kernel only: a layer invariant to shifts along an axis (Sparsemax along a
+    # non-last axis) leaves the bias a gradient of exactly zero, nonzero only by rounding.
+    watched = [upstream.kernel] if upstream is not None else layer.trainable_weights
     before = [w.numpy().copy() for w in watched]
     rng = np.random.default_rng(0)
     targets = _structure_like(outputs, outputs, lambda y: rng.normal(size=y.shape).astype("float32"))
@@ -278,11 +306,12 @@ def _structure_like(values, template, fn):
 
 
 def _tensors(values):
+    convert = keras.ops.convert_to_tensor
     if isinstance(values, dict):
-        return {key: tf.constant(value) for key, value in values.items()}
+        return {key: convert(value) for key, value in values.items()}
     if isinstance(values, (list, tuple)):
-        return [tf.constant(value) for value in values]
-    return tf.constant(values)
+        return [convert(value) for value in values]
+    return convert(values)
 
 
 def _numpy(values):

@@ -1,8 +1,18 @@
-"""Keras masks of right-padded sequences: a shape check worded as Keras's, and lengths."""
+"""Keras masks of right-padded sequences: a shape check worded as Keras's, and lengths.
+
+Written with ``keras.ops``, for every backend.
+"""
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
+
+
+def _static_shape(x) -> tuple | None:
+    """``x``'s shape as a tuple (None for unknown dimensions), or None when its rank is unknown."""
+    if getattr(x.shape, "rank", 0) is None:  # a TensorFlow shape of unknown rank
+        return None
+    return tuple(x.shape)
 
 
 def check_position_mask(owner: str, mask, inputs) -> None:
@@ -14,10 +24,16 @@ def check_position_mask(owner: str, mask, inputs) -> None:
     Raises:
         ValueError: for a mask of another rank or shape.
     """
-    if mask is None or mask.shape.rank is None or inputs.shape.rank is None:
+    if mask is None:
         return
-    expected = inputs.shape[:2]
-    if mask.shape.rank != 2 or not mask.shape.is_compatible_with(expected):
+    mask_shape, input_shape = _static_shape(mask), _static_shape(inputs)
+    if mask_shape is None or input_shape is None:
+        return
+    expected = input_shape[:2]
+    compatible = len(mask_shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(mask_shape, expected, strict=True)
+    )
+    if len(mask_shape) != 2 or not compatible:
         raise ValueError(
             f"The mask of {owner} must have shape (batch, n), the first two dimensions of its "
             "inputs: one entry per position, True for the positions of right-padded "
@@ -30,4 +46,4 @@ def lengths_from_mask(mask, offset: int = 0):
     """Lengths of right-padded inputs from a ``(batch, n)`` Keras mask (None without one)."""
     if mask is None:
         return None
-    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1) - offset
+    return ops.sum(ops.cast(mask, "int32"), axis=-1) - offset

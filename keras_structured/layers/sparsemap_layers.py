@@ -6,17 +6,26 @@ Each layer solves, for every example,
 
 over the marginal polytope ``M`` of its structure and returns the unary
 marginals ``u`` (a sparse combination of a few structures), differentiable with
-the closed-form SparseMAP Jacobian. The MAP oracles run in Python, so the
-layers set ``supports_jit = False``: ``model.compile(jit_compile=True)`` falls back to
-``jit_compile=False`` with one Keras warning, and a call inside a hand-written
-``tf.function(jit_compile=True)`` raises a ``ValueError`` naming the layer
-(:mod:`keras_structured.ops.xla`).
+the closed-form SparseMAP Jacobian. The MAP oracles run in Python, reached by one host
+call per batch (:mod:`keras_structured.ops.host_call`), on every Keras backend:
+
+* TensorFlow: XLA cannot compile the call (``tf.numpy_function``), so the layers set
+  ``supports_jit = False``: ``model.compile(jit_compile=True)`` falls back to
+  ``jit_compile=False`` with one Keras warning, and a call inside a hand-written
+  ``tf.function(jit_compile=True)`` raises a ``ValueError`` naming the layer
+  (:mod:`keras_structured.ops.xla`).
+* JAX: the call is a ``jax.pure_callback``, which ``jax.jit`` compiles: the layers keep
+  ``supports_jit = True`` and train inside the jitted steps of Keras's JAX trainer.
+* PyTorch: the call is a ``torch.library`` custom op, which ``torch.compile`` keeps as an
+  opaque call: ``supports_jit = True``.
+
+``return_structures=True`` is TensorFlow-only: the number of active structures depends on
+the data, and JAX's callbacks must declare the shapes of their results.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from keras_structured.engine import (
     BudgetStructure,
@@ -31,7 +40,6 @@ from keras_structured.engine import (
 from keras_structured.engine.options import SolverSettings, resolve_options
 from keras_structured.layers._masks import check_position_mask, lengths_from_mask
 from keras_structured.layers.sequence_scores import SequenceWeights
-from keras_structured.ops.sequence_scores import unpack_sequence_scores
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 from keras_structured.ops.xla import LAYER_FIX, refuse_xla
 
@@ -51,7 +59,8 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
             ``tol``, a few MAP calls cheaper, with an approximate gradient.
         return_structures: also return the active set: the layer then returns a
             dict with ``u``, ``v``, ``weights`` ``(batch, k)`` and ``structures``
-            (codes, padded with -1).
+            (codes, padded with -1). TensorFlow backend only (a ``ValueError`` on the
+            others).
         options: the solver settings as one
             :class:`keras_structured.engine.SolverOptions`, instead of ``method``,
             ``tol``, ``max_iter`` and ``exact_jacobian`` (None leaves a setting to
@@ -101,8 +110,9 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         # On the instance: keras.layers.Layer.__init__ sets supports_jit = True there, which
-        # would hide a class attribute and let jit_compile fail inside fit.
-        self.supports_jit = False
+        # would hide a class attribute and let jit_compile fail inside fit. Only XLA through
+        # TensorFlow cannot compile the host call (see the module docstring).
+        self.supports_jit = keras.backend.backend() != "tensorflow"
         if isinstance(structure, dict):
             structure = structure_from_config(structure)
         if not isinstance(structure, Structure):
@@ -112,6 +122,12 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         )
         self.structure = structure
         self.return_structures = bool(return_structures)
+        if self.return_structures and keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                "return_structures=True needs the TensorFlow backend: the number of active "
+                "structures depends on the data, and JAX's host callbacks must declare the shapes "
+                f"of their results. Received: backend={keras.backend.backend()!r}"
+            )
 
     def _solver_options(self) -> dict:
         return dict(options=self.options, return_info=self.return_structures)
@@ -246,8 +262,8 @@ class SparseMAPSequence(SequenceWeights, SparseMAP):
         check_position_mask(type(self).__name__, mask, inputs)
         if lengths is None:
             lengths = lengths_from_mask(mask)
-        if inputs.shape.rank == 4:
-            unary, pairwise = unpack_sequence_scores(inputs)
+        if len(inputs.shape) == 4:
+            unary, pairwise = self.structure.split_scores(inputs)
             result = sparsemap(self.structure, unary, pairwise, lengths=lengths, **self._solver_options())
         else:
             result = sparsemap_sequence(
@@ -365,7 +381,7 @@ class SparseMAPMatching(_FixedStructureLayer):
 
     def call(self, inputs, lengths=None, mask=None):
         if self.unmatched_score is not None:
-            inputs = inputs - tf.cast(self.unmatched_score, inputs.dtype)
+            inputs = inputs - keras.ops.cast(self.unmatched_score, inputs.dtype)
         return super().call(inputs, lengths=lengths, mask=mask)
 
     def get_config(self):

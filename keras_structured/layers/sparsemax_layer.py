@@ -11,7 +11,8 @@ from keras_structured.ops.sparsemax_op import sparsemax
 class Sparsemax(keras.layers.Layer):
     """Sparsemax activation: ``argmin_{p in simplex} ||p - x||^2`` along ``axis``.
 
-    Like ``keras.layers.Softmax`` but with sparse outputs (exact zeros).
+    Like ``keras.layers.Softmax`` but with sparse outputs (exact zeros). Runs on every
+    Keras backend (TensorFlow, JAX, PyTorch).
 
     Args:
         axis: the normalised axis.
@@ -30,11 +31,11 @@ class Sparsemax(keras.layers.Layer):
     Raises:
         ValueError: at build time, for an ``axis`` out of range; at call time, for a
             ``mask`` that does not broadcast to ``inputs``.
-        tf.errors.InvalidArgumentError: at run time, for NaN or ``+inf`` scores (see
-            :func:`keras_structured.sparsemax`).
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for NaN or ``+inf``
+            scores; ``ValueError`` on JAX and PyTorch (see :func:`keras_structured.sparsemax`).
 
     Example:
-        >>> Sparsemax()(np.array([[1.0, 0.5, -1.0]])).numpy()
+        >>> keras.ops.convert_to_numpy(Sparsemax()(np.array([[1.0, 0.5, -1.0]])))
         array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
 

@@ -1,13 +1,18 @@
-"""SparseMAP as a differentiable TensorFlow op.
+"""SparseMAP as a differentiable op, on the TensorFlow, JAX and PyTorch backends of Keras.
 
 Solves, for every example of a batch,
 
     (u, v) = argmax_{(u, v) in M}  <eta_u, u> + <eta_v, v> - ||u||^2 / 2,
 
-over the marginal polytope ``M`` of a structure, with the numpy engine run by one
-``tf.numpy_function`` call per batch. The backward pass is the closed-form
-Jacobian of Niculae et al. (2018, Prop. 1) built from the final active set,
-applied by one compiled (numba) call per batch.
+over the marginal polytope ``M`` of a structure, with the numpy engine run by one host
+call per batch (:mod:`keras_structured.ops.host_call`: ``tf.numpy_function`` on
+TensorFlow, ``jax.pure_callback`` on JAX, a ``torch.library`` custom op on PyTorch). The
+backward pass is the closed-form Jacobian of Niculae et al. (2018, Prop. 1) built from
+the final active set, applied by one compiled (numba) call per batch. This module
+prepares the scores with TensorFlow; on the other backends :func:`sparsemap` and
+:func:`sparsemap_sequence` hand them to :mod:`keras_structured.ops.portable_sparsemap`,
+which does the same with ``keras.ops`` (``return_info`` is TensorFlow-only there: its
+sizes depend on the data).
 
 Whatever the input dtype, the op works in float64 inside: the solver, the Jacobian
 factors it returns and every product with them; the results and the gradients are cast
@@ -18,96 +23,32 @@ and products with a float32 copy of it come out wrong in sign and magnitude.
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
+import keras
 import tensorflow as tf
 
-from keras_structured.engine import SequenceStructure, SolverOptions, Structure, solve
-from keras_structured.engine.jacobian import Support, jacobian_product
+from keras_structured.engine import SequenceStructure, SolverOptions, Structure
 from keras_structured.engine.options import resolve_options
+from keras_structured.ops import host_call, portable_sparsemap
 from keras_structured.ops.dtypes import compute_dtype, integer_lengths
+from keras_structured.ops.host_call._tf import SOLVER_DTYPE, flatten_examples
+from keras_structured.ops.invalid_scores import InvalidScoresError, raising_invalid_scores
 from keras_structured.ops.sequence_scores import add_boundary_scores
 from keras_structured.ops.xla import OP_FIX, refuse_xla
 
-# The dtype of the solver, its Jacobian factors and their products (see the module docstring).
-SOLVER_DTYPE = tf.float64
+__all__ = [
+    "InvalidScoresError",
+    "SOLVER_DTYPE",
+    "flatten_examples",
+    "prepare_scores",
+    "raising_invalid_scores",
+    "sparsemap",
+    "sparsemap_sequence",
+    "sparsemap_solution",
+]
 
 
-def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``J (x_u, x_v)`` for flat ``(batch, d)`` float64 vectors, by one compiled call.
-
-    The Jacobian is symmetric, so this op's own gradient is the same product:
-    SparseMAP is twice differentiable wherever its support is locally constant.
-    """
-
-    @tf.custom_gradient
-    def product(x_u, x_v):
-        j_u, j_v = tf.numpy_function(
-            lambda *arrays: jacobian_product(Support(*arrays[:5]), *arrays[5:]),
-            [*support, x_u, x_v],
-            [x_u.dtype, x_v.dtype],
-            stateful=False,
-            name="sparsemap_jacobian_product",
-        )
-        j_u.set_shape(x_u.shape)
-        j_v.set_shape(x_v.shape)
-
-        def grad(grad_u, grad_v):
-            grad_u = tf.zeros_like(x_u) if grad_u is None else grad_u
-            grad_v = tf.zeros_like(x_v) if grad_v is None else grad_v
-            return _jacobian_product(support, grad_u, grad_v)
-
-        return (j_u, j_v), grad
-
-    return product(x_u, x_v)
-
-
-def flatten_examples(x: tf.Tensor) -> tf.Tensor:
-    """``x`` as ``(batch, size)``, also for an empty batch (where ``-1`` cannot be inferred)."""
-    shape = tf.shape(x)
-    return tf.reshape(x, tf.stack([shape[0], tf.reduce_prod(shape[1:])]))
-
-
-def _pad_codes(structures, weights, shape, code_dtype):
-    """Stack per-example structure codes (each of per-structure ``shape``) and weights,
-    padded with -1 and 0."""
-    k = max((len(w) for w in weights), default=0)
-    codes = np.full((len(weights), k) + tuple(shape), -1, dtype=code_dtype)
-    padded = np.zeros((len(weights), k))
-    for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
-        codes[b, : len(w)], padded[b, : len(w)] = s, w
-    return codes, padded
-
-
-class InvalidScoresError(tf.errors.InvalidArgumentError, ValueError):
-    """Bad input found at run time: NaN or +inf scores, every structure forbidden, bad
-    lengths (or a custom oracle's invalid answer).
-
-    Raised inside the ops' numpy functions: being a ``ValueError``, TensorFlow turns it
-    into ``tf.errors.InvalidArgumentError`` in graph mode, and eager mode re-raises it as
-    it is, an ``InvalidArgumentError`` too. Checking in numpy, where the scores are read
-    anyway, saves a chain of graph ops per call.
-    """
-
-    def __init__(self, *args):
-        # ``InvalidScoresError(message)``, or TensorFlow's ``(node_def, op, message, ...)``
-        # with which Keras re-raises op errors, its layer's name added to the message.
-        node_def, op, message = (None, None, *args) if len(args) == 1 else args[:3]
-        super().__init__(node_def, op, message)
-
-
-def raising_invalid_scores(function):
-    """``function`` with its ``ValueError`` raised as :class:`InvalidScoresError`."""
-
-    @functools.wraps(function)
-    def checked(*arrays):
-        try:
-            return function(*arrays)
-        except ValueError as error:
-            raise InvalidScoresError(str(error)) from error
-
-    return checked
+def _on_tensorflow() -> bool:
+    return keras.backend.backend() == "tensorflow"
 
 
 def _check_scores(name: str, scores: tf.Tensor, min_rank: int) -> None:
@@ -191,7 +132,8 @@ def sparsemap(
             always approximate.
         return_info: also return a dict with ``weights`` ``(batch, k)``,
             ``structures`` (codes, padded with -1), ``gap``, ``map_calls`` and
-            ``converged``; it carries no gradient.
+            ``converged``; it carries no gradient. TensorFlow backend only (``k``
+            depends on the data; a ``ValueError`` on the others).
 
     Returns:
         ``(u, v)`` with the shapes and dtype of ``(eta_u, eta_v)``, plus the info
@@ -205,7 +147,8 @@ def sparsemap(
             :mod:`keras_structured.ops.xla`).
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
             ``-inf`` scores (forbidden parts) rule out every structure (an
-            :class:`InvalidScoresError`, also a ``ValueError``, in eager mode).
+            :class:`InvalidScoresError`, also a ``ValueError``, in eager mode; on PyTorch
+            the same error; on JAX, inside the ``JaxRuntimeError`` of the host callback).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -213,6 +156,11 @@ def sparsemap(
         >>> u.numpy()
         array([[0.75, 0.25, 0.  ]], dtype=float32)
     """
+    if not _on_tensorflow():
+        options = resolve_options(
+            options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
+        )
+        return portable_sparsemap.sparsemap(structure, eta_u, eta_v, lengths, options, return_info)
     refuse_xla("keras_structured.sparsemap", OP_FIX)
     options = resolve_options(
         options, method=method, tol=tol, max_iter=max_iter, exact_jacobian=exact_jacobian
@@ -221,25 +169,12 @@ def sparsemap(
     inputs = prepare_scores(structure, eta_u, eta_v, lengths)
     dtype = inputs[0].dtype
     scores_u, scores_v = (tf.cast(scores, SOLVER_DTYPE) for scores in inputs[:2])
-    outputs = _solver_outputs(structure, [scores_u, scores_v, *inputs[2:]], options, True, return_info)
-    u, v = outputs[:2]
-    support = Support(*outputs[2:7])
-
-    @tf.custom_gradient
-    def attach_jacobian(values_u, values_v):
-        def grad(grad_u, grad_v):
-            grad_u = tf.zeros_like(u) if grad_u is None else grad_u
-            grad_v = tf.zeros_like(v) if grad_v is None else grad_v
-            j_u, j_v = _jacobian_product(support, flatten_examples(grad_u), flatten_examples(grad_v))
-            return tf.reshape(j_u, tf.shape(values_u)), tf.reshape(j_v, tf.shape(values_v))
-
-        return (tf.identity(u), tf.identity(v)), grad
-
-    u, v = attach_jacobian(scores_u, scores_v)
-    u, v = tf.cast(u, eta_u.dtype), tf.cast(v, eta_u.dtype)
+    lengths = inputs[2] if len(inputs) > 2 else None
+    outputs = host_call.solve(structure, options, scores_u, scores_v, lengths, info=return_info)
+    u, v = tf.cast(outputs[0], eta_u.dtype), tf.cast(outputs[1], eta_u.dtype)
     if not return_info:
         return u, v
-    weights, codes, gap, map_calls, converged = outputs[7:]
+    weights, codes, gap, map_calls, converged = outputs[2:]
     info = {
         "weights": tf.stop_gradient(weights),
         "structures": codes,
@@ -253,42 +188,6 @@ def sparsemap(
 def _info_in(info: dict, dtype: tf.DType) -> dict:
     """The info dict of :func:`sparsemap` with its float arrays (weights, gap) in ``dtype``."""
     return {key: tf.cast(value, dtype) if key in ("weights", "gap") else value for key, value in info.items()}
-
-
-def _solver_outputs(
-    structure: Structure, inputs: list[tf.Tensor], options: SolverOptions, jacobian: bool, return_info: bool
-) -> list[tf.Tensor]:
-    """Solve in one ``tf.numpy_function``: ``[u, v]`` (float64, with static shapes), then the
-    five :class:`Support` factors when ``jacobian``, then the five info arrays when
-    ``return_info``. Every output costs a conversion to a tensor: ask only for those needed."""
-    float64 = SOLVER_DTYPE
-
-    def forward(values_u, values_v, sizes=None):
-        solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
-        outputs = (solution.u, solution.v, *(solution.support if jacobian else ()))
-        if not return_info:
-            return outputs
-        shape = (
-            solution.structures[0].shape[1:]
-            if solution.structures
-            else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
-        )
-        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
-        info = (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
-        return outputs + info
-
-    support_dtypes = [tf.int64, float64, tf.int64, float64, float64] if jacobian else []
-    info_dtypes = [float64, structure.code_dtype, float64, tf.int32, tf.bool] if return_info else []
-    outputs = tf.numpy_function(
-        raising_invalid_scores(forward),
-        inputs,
-        [float64, float64] + support_dtypes + info_dtypes,
-        stateful=False,
-        name="sparsemap_forward",
-    )
-    outputs[0].set_shape(inputs[0].shape)
-    outputs[1].set_shape(inputs[1].shape)
-    return outputs
 
 
 def sparsemap_solution(
@@ -308,8 +207,9 @@ def sparsemap_solution(
     refuse_xla("keras_structured.sparsemap", OP_FIX)
     options = resolve_options(options)
     inputs = prepare_scores(structure, tf.convert_to_tensor(eta_u), eta_v, lengths)
-    scores = [tf.stop_gradient(tf.cast(scores, SOLVER_DTYPE)) for scores in inputs[:2]]
-    u, v = _solver_outputs(structure, scores + inputs[2:], options, False, False)
+    scores_u, scores_v = (tf.stop_gradient(tf.cast(scores, SOLVER_DTYPE)) for scores in inputs[:2])
+    lengths = inputs[2] if len(inputs) > 2 else None
+    u, v = host_call.solve(structure, options, scores_u, scores_v, lengths, jacobian=False)
     return u, v
 
 
@@ -346,6 +246,8 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
         >>> u.shape, v.shape
         (TensorShape([2, 5, 3]), TensorShape([2, 4, 3, 3]))
     """
+    if not _on_tensorflow():
+        return portable_sparsemap.sparsemap_sequence(unary, transitions, start, end, lengths, **kwargs)
     unary = tf.convert_to_tensor(unary)
     _check_scores("unary", unary, 3)
     if unary.shape.rank != 3:

@@ -23,12 +23,17 @@ What each caller does about ``jit_compile=True`` (see docs/performance.md):
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 
 def _in_xla_context() -> bool:
-    """Whether the code being traced will be XLA-compiled (``tf.function(jit_compile=True)``)."""
-    if tf.executing_eagerly():
+    """Whether the code being traced will be XLA-compiled (``tf.function(jit_compile=True)``).
+
+    Never on the other backends of Keras, whose tracers (``jax.jit``, ``torch.compile``) need
+    not see a TensorFlow call.
+    """
+    if keras.backend.backend() != "tensorflow" or tf.executing_eagerly():
         return False
     try:  # TensorFlow marks the graphs it traces for XLA with an XLA control-flow context.
         from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext

@@ -1,0 +1,110 @@
+"""SparseMAP's host call: the numpy engine run from a model, on every Keras backend.
+
+The engine (:mod:`keras_structured.engine`) runs on the host, in numpy and numba. A model
+reaches it through one host call per batch for the solution and one for the backward
+pass, which applies the closed-form Jacobian of the final active set (Niculae et al.,
+2018, Prop. 1) in float64. A small adapter per backend makes those calls:
+
+* TensorFlow (:mod:`._tf`): ``tf.numpy_function`` under ``tf.custom_gradient``; the
+  forward call returns the active set's factors as tensors, which TensorFlow lets have
+  data-dependent shapes. XLA cannot compile it (see :mod:`keras_structured.ops.xla`).
+* JAX (:mod:`._jax`): ``jax.pure_callback`` inside ``jax.custom_vjp``, so it runs under
+  ``jax.jit`` (the Keras JAX trainer jits its steps) and ``jax.vmap``.
+* PyTorch (:mod:`._torch`): ``torch.library.custom_op`` with ``register_autograd`` and
+  ``register_fake``, so it runs eagerly and under ``torch.compile``.
+
+JAX callbacks must declare their result shapes, so the JAX and PyTorch adapters leave the
+active sets on the host (:data:`._host.SUPPORTS`) and pass handles to them from the
+forward call to the backward one; the backward call also receives the scores, and solves
+them again when the store no longer holds their support. Their host functions are the
+methods of one :class:`._host.HostSolve` per call site (structure, options, ranks of the
+arguments), which :func:`._host.host_solve` finds or creates. Importing this package imports
+the adapter of the backend Keras runs on, and no other: the library imports without JAX
+and PyTorch. (Imported then rather than on first call, which ``torch.compile`` would have
+to trace.)
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import keras
+
+from keras_structured.engine import SolverOptions, Structure
+from keras_structured.ops.host_call._host import SUPPORTS, HostSolve, SupportStore, host_solve
+
+__all__ = ["SUPPORTS", "HostSolve", "SupportStore", "host_solve", "solve"]
+
+_ADAPTERS = {"tensorflow": "_tf", "jax": "_jax", "torch": "_torch"}
+
+
+def _import_adapter(backend: str):
+    """The adapter module of ``backend`` (None for a backend without one)."""
+    if backend not in _ADAPTERS:
+        return None
+    return importlib.import_module(f"keras_structured.ops.host_call.{_ADAPTERS[backend]}")
+
+
+_ADAPTER = keras.backend.backend(), _import_adapter(keras.backend.backend())
+
+
+def solve(
+    structure: Structure,
+    options: SolverOptions,
+    scores_u,
+    scores_v,
+    lengths=None,
+    *,
+    jacobian: bool = True,
+    info: bool = False,
+) -> list:
+    """SparseMAP of a batch of scores by one host call, on the backend of Keras.
+
+    Args:
+        structure: the :class:`~keras_structured.engine.Structure`.
+        options: the :class:`~keras_structured.engine.SolverOptions`.
+        scores_u: ``(batch, *u_shape)`` float scores, tensors of the backend (float64 on
+            TensorFlow; float32 or float64 elsewhere: the host solves in float64).
+        scores_v: ``(batch, *v_shape)`` scores of the same dtype.
+        lengths: optional integer per-example sizes.
+        jacobian: make ``(u, v)`` differentiable (else the scores get no gradient).
+        info: (TensorFlow only) also return the weights, codes, gaps, MAP calls and
+            convergence flags of the solution (their sizes depend on the data).
+
+    Returns:
+        ``[u, v]`` shaped and typed like the scores, then the five info tensors when ``info``.
+
+    Raises:
+        ValueError: for ``info=True`` on a backend other than TensorFlow, or a backend
+            without an adapter.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure, SolverOptions
+        >>> scores = keras.ops.convert_to_tensor([[1.0, 0.5, -1.0]], "float64")
+        >>> u, v = solve(SimplexStructure(), SolverOptions(), scores, keras.ops.zeros((1, 0), "float64"))
+        >>> keras.ops.convert_to_numpy(u)
+        array([[0.75, 0.25, 0.  ]])
+    """
+    backend, adapter = _ADAPTER
+    if backend != keras.backend.backend():  # keras.config.set_backend was called since
+        backend = keras.backend.backend()
+        adapter = _import_adapter(backend)
+    if backend == "tensorflow":
+        return adapter.solve_on_host(structure, options, scores_u, scores_v, lengths, jacobian, info)
+    if adapter is None:
+        raise ValueError(
+            "SparseMAP runs on the TensorFlow, JAX and PyTorch backends of Keras. "
+            f"Received: backend={backend!r}"
+        )
+    if info:
+        raise ValueError(
+            "The solver's info (weights and structures of the solution, return_info=True or "
+            "return_structures=True) has a size that depends on the data: it is only returned on the "
+            f"TensorFlow backend. Received: backend={backend!r}"
+        )
+    ranks = (
+        len(scores_u.shape) - 1,
+        len(scores_v.shape) - 1,
+        None if lengths is None else len(lengths.shape) - 1,
+    )
+    return adapter.solve(structure, options, ranks, scores_u, scores_v, lengths, jacobian)

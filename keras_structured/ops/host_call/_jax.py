@@ -1,0 +1,95 @@
+"""The JAX adapter: ``jax.pure_callback`` inside ``jax.custom_vjp``.
+
+Traced by ``jax.jit`` (the Keras JAX trainer jits its steps), the callbacks become host
+calls of the compiled step. The forward rule returns ``(u, v)`` and per-example handles to
+the active sets kept on the host; the backward rule passes them, with the scores, to a
+second callback that applies the Jacobian. That product is a ``custom_vjp`` too, its own
+backward the same product (the Jacobian is symmetric), so gradients of gradients work.
+Without differentiation, JAX runs the primal function, whose callback keeps nothing.
+
+``jax.vmap``: every callback uses ``vmap_method="broadcast_all"`` (:data:`VMAP_METHOD`). A
+vmapped call then makes one host call, with the mapped dimensions leading every argument
+(broadcast where an argument is not mapped), which the host functions fold into the batch:
+the engine solves all problems in one batched call, as it does an ordinary batch.
+``"sequential"`` would make one host call per mapped element, and ``"expand_dims"`` would
+leave unmapped arguments with size-1 dimensions for the host to broadcast. Because the
+scores are broadcast too, the backward callback of ``jax.jacrev`` (a vmap over cotangents)
+also makes one call, and can solve again from them should the store have dropped the support.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from keras_structured.engine import SolverOptions, Structure
+from keras_structured.ops.host_call._host import HostSolve, host_solve
+
+#: How ``jax.vmap`` reaches the host callbacks (see the module docstring).
+VMAP_METHOD = "broadcast_all"
+
+
+def solve(structure: Structure, options: SolverOptions, ranks: tuple, scores_u, scores_v, lengths, jacobian):
+    """``[u, v]`` for the scores, differentiable when ``jacobian``."""
+    host = host_solve(structure, options, ranks)
+    if not jacobian:
+        scores_u, scores_v = jax.lax.stop_gradient(scores_u), jax.lax.stop_gradient(scores_v)
+        return list(_values(host, scores_u, scores_v, lengths))
+    return list(_sparsemap(host, scores_u, scores_v, lengths))
+
+
+def _results_like(*arrays):
+    return tuple(jax.ShapeDtypeStruct(array.shape, array.dtype) for array in arrays)
+
+
+def _callback(function, results, *arrays, lengths):
+    arrays = arrays if lengths is None else (*arrays, lengths)
+    return jax.pure_callback(function, results, *arrays, vmap_method=VMAP_METHOD)
+
+
+def _values(host: HostSolve, scores_u, scores_v, lengths):
+    return _callback(host.values, _results_like(scores_u, scores_v), scores_u, scores_v, lengths=lengths)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _sparsemap(host: HostSolve, scores_u, scores_v, lengths):
+    return _values(host, scores_u, scores_v, lengths)
+
+
+def _sparsemap_forward(host: HostSolve, scores_u, scores_v, lengths):
+    handles = jax.ShapeDtypeStruct(host.leading_shape(scores_u) + (2,), jnp.int32)
+    results = (*_results_like(scores_u, scores_v), handles)
+    u, v, handles = _callback(host.forward, results, scores_u, scores_v, lengths=lengths)
+    return (u, v), (handles, scores_u, scores_v, lengths)
+
+
+def _sparsemap_backward(host: HostSolve, residuals, cotangents):
+    handles, scores_u, scores_v, lengths = residuals
+    j_u, j_v = _jacobian_product(host, handles, scores_u, scores_v, lengths, *cotangents)
+    return j_u, j_v, None
+
+
+_sparsemap.defvjp(_sparsemap_forward, _sparsemap_backward)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _jacobian_product(host: HostSolve, handles, scores_u, scores_v, lengths, x_u, x_v):
+    results = _results_like(x_u, x_v)
+    return _callback(host.jacobian, results, handles, scores_u, scores_v, x_u, x_v, lengths=lengths)
+
+
+def _jacobian_product_forward(host: HostSolve, handles, scores_u, scores_v, lengths, x_u, x_v):
+    product = _jacobian_product(host, handles, scores_u, scores_v, lengths, x_u, x_v)
+    return product, (handles, scores_u, scores_v, lengths)
+
+
+def _jacobian_product_backward(host: HostSolve, residuals, cotangents):
+    # The product is linear in x with a symmetric matrix, locally constant in the scores.
+    handles, scores_u, scores_v, lengths = residuals
+    product = _jacobian_product(host, handles, scores_u, scores_v, lengths, *cotangents)
+    return (None, None, None, None, *product)
+
+
+_jacobian_product.defvjp(_jacobian_product_forward, _jacobian_product_backward)

@@ -1,0 +1,134 @@
+"""The TensorFlow adapter: one ``tf.numpy_function`` per batch, under ``tf.custom_gradient``.
+
+The forward call returns the active set's Jacobian factors as tensors (TensorFlow's
+results may have data-dependent shapes), and the backward pass applies them in a second
+``tf.numpy_function``, itself differentiable: the Jacobian is symmetric, so the gradient
+of a Jacobian product is the same product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_structured.engine import SolverOptions, Structure, solve
+from keras_structured.engine.jacobian import Support, jacobian_product
+from keras_structured.ops.invalid_scores import raising_invalid_scores
+
+# The dtype of the solver, its Jacobian factors and their products.
+SOLVER_DTYPE = tf.float64
+
+
+def flatten_examples(x: tf.Tensor) -> tf.Tensor:
+    """``x`` as ``(batch, size)``, also for an empty batch (where ``-1`` cannot be inferred)."""
+    shape = tf.shape(x)
+    return tf.reshape(x, tf.stack([shape[0], tf.reduce_prod(shape[1:])]))
+
+
+def solve_on_host(
+    structure: Structure,
+    options: SolverOptions,
+    scores_u: tf.Tensor,
+    scores_v: tf.Tensor,
+    lengths: tf.Tensor | None,
+    jacobian: bool,
+    info: bool,
+) -> list[tf.Tensor]:
+    """``[u, v]`` in float64 for float64 scores, differentiable when ``jacobian``; then the five
+    info arrays when ``info`` (weights, codes, gap, map_calls, converged)."""
+    inputs = [scores_u, scores_v] + ([] if lengths is None else [lengths])
+    outputs = _solver_outputs(structure, inputs, options, jacobian, info)
+    u, v = outputs[:2]
+    if jacobian:
+        u, v = _attach_jacobian(Support(*outputs[2:7]), scores_u, scores_v, u, v)
+    return [u, v] + outputs[7 if jacobian else 2 :]
+
+
+def _attach_jacobian(support: Support, scores_u, scores_v, u, v):
+    @tf.custom_gradient
+    def attach_jacobian(values_u, values_v):
+        def grad(grad_u, grad_v):
+            grad_u = tf.zeros_like(u) if grad_u is None else grad_u
+            grad_v = tf.zeros_like(v) if grad_v is None else grad_v
+            j_u, j_v = _jacobian_product(support, flatten_examples(grad_u), flatten_examples(grad_v))
+            return tf.reshape(j_u, tf.shape(values_u)), tf.reshape(j_v, tf.shape(values_v))
+
+        return (tf.identity(u), tf.identity(v)), grad
+
+    return attach_jacobian(scores_u, scores_v)
+
+
+def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``J (x_u, x_v)`` for flat ``(batch, d)`` float64 vectors, by one compiled call.
+
+    The Jacobian is symmetric, so this op's own gradient is the same product:
+    SparseMAP is twice differentiable wherever its support is locally constant.
+    """
+
+    @tf.custom_gradient
+    def product(x_u, x_v):
+        j_u, j_v = tf.numpy_function(
+            lambda *arrays: jacobian_product(Support(*arrays[:5]), *arrays[5:]),
+            [*support, x_u, x_v],
+            [x_u.dtype, x_v.dtype],
+            stateful=False,
+            name="sparsemap_jacobian_product",
+        )
+        j_u.set_shape(x_u.shape)
+        j_v.set_shape(x_v.shape)
+
+        def grad(grad_u, grad_v):
+            grad_u = tf.zeros_like(x_u) if grad_u is None else grad_u
+            grad_v = tf.zeros_like(x_v) if grad_v is None else grad_v
+            return _jacobian_product(support, grad_u, grad_v)
+
+        return (j_u, j_v), grad
+
+    return product(x_u, x_v)
+
+
+def _pad_codes(structures, weights, shape, code_dtype):
+    """Stack per-example structure codes (each of per-structure ``shape``) and weights,
+    padded with -1 and 0."""
+    k = max((len(w) for w in weights), default=0)
+    codes = np.full((len(weights), k) + tuple(shape), -1, dtype=code_dtype)
+    padded = np.zeros((len(weights), k))
+    for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
+        codes[b, : len(w)], padded[b, : len(w)] = s, w
+    return codes, padded
+
+
+def _solver_outputs(
+    structure: Structure, inputs: list[tf.Tensor], options: SolverOptions, jacobian: bool, return_info: bool
+) -> list[tf.Tensor]:
+    """Solve in one ``tf.numpy_function``: ``[u, v]`` (float64, with static shapes), then the
+    five :class:`Support` factors when ``jacobian``, then the five info arrays when
+    ``return_info``. Every output costs a conversion to a tensor: ask only for those needed."""
+    float64 = SOLVER_DTYPE
+
+    def forward(values_u, values_v, sizes=None):
+        solution = solve(structure, values_u, values_v, lengths=sizes, options=options)
+        outputs = (solution.u, solution.v, *(solution.support if jacobian else ()))
+        if not return_info:
+            return outputs
+        shape = (
+            solution.structures[0].shape[1:]
+            if solution.structures
+            else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
+        )
+        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
+        info = (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
+        return outputs + info
+
+    support_dtypes = [tf.int64, float64, tf.int64, float64, float64] if jacobian else []
+    info_dtypes = [float64, structure.code_dtype, float64, tf.int32, tf.bool] if return_info else []
+    outputs = tf.numpy_function(
+        raising_invalid_scores(forward),
+        inputs,
+        [float64, float64] + support_dtypes + info_dtypes,
+        stateful=False,
+        name="sparsemap_forward",
+    )
+    outputs[0].set_shape(inputs[0].shape)
+    outputs[1].set_shape(inputs[1].shape)
+    return outputs

@@ -1,0 +1,142 @@
+"""SparseMAP on the JAX and PyTorch backends: the scores prepared with ``keras.ops``.
+
+:func:`keras_structured.sparsemap` and :func:`keras_structured.sparsemap_sequence` call
+these functions when Keras runs on another backend than TensorFlow (the TensorFlow path
+keeps its own, which also handles the unknown dimensions of graph mode). The checks and
+errors are the same; the solve is :func:`keras_structured.ops.host_call.solve`. Shapes are
+static here: JAX traces with concrete shapes, and PyTorch runs eagerly or traces with
+its own symbolic sizes.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_structured.engine import SequenceStructure, SolverOptions, Structure
+from keras_structured.ops import host_call
+
+_SEQUENCE = SequenceStructure()  # one object, so that its host functions are reused
+
+
+def solver_dtype() -> str:
+    """The dtype in which the scores reach the host: float64, unless JAX runs without x64.
+
+    The host solves in float64 whatever it receives; without ``jax_enable_x64``, JAX has no
+    float64 arrays, so float32 scores cross as they are and the results are rounded to
+    float32 once, as the TensorFlow op rounds its float64 results.
+    """
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return "float64" if jax.config.jax_enable_x64 else "float32"
+    return "float64"
+
+
+def _dtype(x) -> str:
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _check_float(x) -> None:
+    """A ``TypeError`` unless ``x`` holds floats (half precision too: the host solves in float64)."""
+    dtype = _dtype(x)
+    if "float" not in dtype:
+        raise TypeError(f"Expected a floating-point tensor. Received: dtype={dtype}")
+
+
+def _check_rank(name: str, scores, min_rank: int) -> None:
+    if len(scores.shape) < min_rank:
+        raise ValueError(
+            f"sparsemap needs {name} with a leading batch dimension (rank >= {min_rank}). "
+            f"Received: {name}.shape={tuple(scores.shape)}"
+        )
+
+
+def integer_lengths(lengths, dtype: str = "int32"):
+    """``lengths`` as a ``dtype`` tensor, refused unless of an integer dtype (see
+    :func:`keras_structured.ops.dtypes.integer_lengths`)."""
+    lengths = ops.convert_to_tensor(lengths)
+    if "int" not in _dtype(lengths):
+        raise ValueError(
+            "lengths must have an integer dtype: whole numbers of positions, not truncated. Cast them "
+            "with keras.ops.cast(lengths, 'int32') if their values are whole, or declare "
+            f"keras.Input(shape=(), dtype='int32'). Received: lengths.dtype={_dtype(lengths)}"
+        )
+    return ops.cast(lengths, dtype)
+
+
+def sparsemap(structure: Structure, eta_u, eta_v, lengths, options: SolverOptions, return_info: bool):
+    """:func:`keras_structured.sparsemap` after its options are resolved: ``(u, v)``."""
+    eta_u = ops.convert_to_tensor(eta_u)
+    _check_rank("eta_u", eta_u, 2)
+    _check_float(eta_u)
+    wide = solver_dtype()
+    u_shape = tuple(eta_u.shape[1:])
+    if eta_v is None:
+        v_shape = structure.v_shape(u_shape)
+        if None in v_shape:
+            raise ValueError(
+                f"eta_v is required when its shape is not static. Received: eta_u.shape={tuple(eta_u.shape)}"
+            )
+        eta_v = ops.zeros((eta_u.shape[0],) + tuple(v_shape), wide)
+    eta_v = ops.convert_to_tensor(eta_v)
+    _check_rank("eta_v", eta_v, 1)
+    structure.validate_shapes(u_shape, tuple(eta_v.shape[1:]))
+    if eta_u.shape[0] != eta_v.shape[0]:
+        raise ValueError(
+            "eta_u and eta_v must have the same batch size. "
+            f"Received: eta_u.shape={tuple(eta_u.shape)}, eta_v.shape={tuple(eta_v.shape)}"
+        )
+    if lengths is not None:
+        lengths = integer_lengths(lengths)
+    scores_u, scores_v = ops.cast(eta_u, wide), ops.cast(eta_v, wide)
+    u, v = host_call.solve(structure, options, scores_u, scores_v, lengths, info=return_info)
+    return ops.cast(u, eta_u.dtype), ops.cast(v, eta_u.dtype)
+
+
+def add_boundary_scores(unary, start=None, end=None, lengths=None):
+    """:func:`keras_structured.ops.sequence_scores.add_boundary_scores` in ``keras.ops``."""
+    unary = ops.convert_to_tensor(unary)
+    n, num_labels = unary.shape[1], unary.shape[2]
+    last = n - 1 if lengths is None else integer_lengths(lengths) - 1
+    positions = ops.arange(n, dtype="int32")
+    for scores, position in ((start, 0), (end, last)):
+        if scores is None:
+            continue
+        scores = ops.cast(ops.convert_to_tensor(scores), unary.dtype)
+        if len(scores.shape) not in (1, 2) or scores.shape[-1] not in (None, num_labels):
+            raise ValueError(
+                f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
+                f"Received: shape={tuple(scores.shape)}"
+            )
+        at_position = ops.cast(ops.equal(positions, ops.reshape(position, (-1, 1))), unary.dtype)
+        unary = unary + ops.reshape(scores, (-1, 1, num_labels)) * at_position[..., None]
+    return unary
+
+
+def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, **kwargs):
+    """:func:`keras_structured.sparsemap_sequence` in ``keras.ops``: ``(u, v)``."""
+    from keras_structured.ops.sparsemap_op import sparsemap as sparsemap_op
+
+    unary = ops.convert_to_tensor(unary)
+    _check_rank("unary", unary, 3)
+    if len(unary.shape) != 3:
+        raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={tuple(unary.shape)}")
+    dtype = unary.dtype
+    _check_float(unary)
+    # Broadcast and boundary scores in the solver's dtype too: their gradients sum over positions.
+    wide = solver_dtype()
+    unary = ops.cast(unary, wide)
+    transitions = ops.cast(ops.convert_to_tensor(transitions), wide)
+    batch, n, num_labels = unary.shape
+    if len(transitions.shape) not in (2, 3, 4) or tuple(transitions.shape[-2:]) != (num_labels, num_labels):
+        raise ValueError(
+            f"transitions must have shape (K, K), (batch, K, K) or (batch, n - 1, K, K) with K={num_labels}. "
+            f"Received: transitions.shape={tuple(transitions.shape)}"
+        )
+    if len(transitions.shape) == 3:
+        transitions = transitions[:, None]
+    pairwise = ops.broadcast_to(transitions, (batch, max(n - 1, 0), num_labels, num_labels))
+    unary = add_boundary_scores(unary, start, end, lengths)
+    outputs = sparsemap_op(_SEQUENCE, unary, pairwise, lengths=lengths, **kwargs)
+    return tuple(ops.cast(marginals, dtype) for marginals in outputs[:2])

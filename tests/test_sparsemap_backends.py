@@ -1,0 +1,487 @@
+"""SparseMAP (the op and the layers) on JAX and PyTorch, against TensorFlow.
+
+Each backend runs in its own process (``tests/backend_harness.py``), started once for this
+module; the functions below without a ``test_`` prefix are what it runs, and the tests compare
+what they return with the same functions run here, under TensorFlow: forward values to 1e-6,
+gradients to 1e-5 in float32, both to 1e-12 in float64. The backends whose package is not
+installed are skipped. The layer checks of every structure and ``torch.compile`` with
+Inductor (a C++ compiler) are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import keras_structured as ks
+from keras_structured.engine import DependencyTreeStructure, SequenceStructure, solve
+from tests.backend_harness import missing_backend, require_backend, start_calls, value_and_vjp
+from tests.layer_checks import check_layer
+
+OTHER_BACKENDS = ("jax", "torch")
+FORWARD_TOL = 1e-6
+GRADIENT_TOL = 1e-5
+FLOAT64_TOL = 1e-12
+MODULE = __name__
+SEQUENCE, TREE = SequenceStructure(), DependencyTreeStructure()
+SEQUENCE_LENGTHS = np.array([6, 3, 1, 4], "int32")
+TREE_WORDS = np.array([5, 3, 2, 4], "int32")
+
+
+# --- what each backend runs ---------------------------------------------------------------
+
+
+def _flat_marginals(u, v):
+    """``(u, v)`` as one ``(batch, size)`` tensor, for :func:`value_and_vjp`."""
+    batch = u.shape[0]
+    return keras.ops.concatenate([keras.ops.reshape(u, (batch, -1)), keras.ops.reshape(v, (batch, -1))], 1)
+
+
+def _cases(dtype: str) -> dict:
+    """name -> (function, inputs, output shape): the same problems on every backend."""
+    rng = np.random.default_rng(0)
+    # Tensors of the backend, made before any tracing (torch.compile cannot trace a conversion).
+    sequence_lengths, tree_words = map(keras.ops.convert_to_tensor, (SEQUENCE_LENGTHS, TREE_WORDS))
+
+    def draw(*shape):
+        return rng.normal(size=shape).astype(dtype)
+
+    return {
+        "sequence": (
+            lambda unary, pairwise: _flat_marginals(
+                *ks.sparsemap(SEQUENCE, unary, pairwise, lengths=sequence_lengths)
+            ),
+            [draw(4, 6, 3), draw(4, 5, 3, 3)],
+            (4, 6 * 3 + 5 * 3 * 3),
+        ),
+        "tree": (
+            lambda scores: ks.sparsemap(TREE, scores, lengths=tree_words)[0],
+            [draw(4, 6, 6)],
+            (4, 6, 6),
+        ),
+        "sequence_wrapper": (
+            lambda unary, transitions, start, end: _flat_marginals(
+                *ks.sparsemap_sequence(unary, transitions, start, end, lengths=sequence_lengths)
+            ),
+            [draw(4, 6, 3), draw(3, 3), draw(3), draw(3)],
+            (4, 6 * 3 + 5 * 3 * 3),
+        ),
+    }
+
+
+def _upstream(shape, dtype: str, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
+
+
+def sparsemap_values(dtype: str = "float32", compiled: bool = False) -> dict:
+    """Outputs and gradients of ``ks.sparsemap`` (sequences, trees) and ``ks.sparsemap_sequence``."""
+    results = {}
+    with _x64(dtype == "float64"):
+        for name, (function, inputs, shape) in _cases(dtype).items():
+            outputs, gradients = value_and_vjp(function, inputs, _upstream(shape, dtype), compiled=compiled)
+            assert outputs.dtype == dtype and all(g.dtype == dtype for g in gradients)
+            results[f"{name}/out"] = outputs
+            for index, gradient in enumerate(gradients):
+                results[f"{name}/grad{index}"] = gradient
+    return results
+
+
+def double_backward() -> dict:
+    """The gradient of a vector-Jacobian product with respect to its cotangent: a Jacobian-vector
+    product, which every backend's backward pass must give (its own backward is the same product)."""
+    rng = np.random.default_rng(11)
+    scores, cotangent, direction = (rng.normal(size=(3, 5, 5)).astype("float32") for _ in range(3))
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        cotangent = tf.Variable(cotangent)
+        x = tf.constant(scores)
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                u, _ = ks.sparsemap(TREE, x)
+            vjp = inner.gradient(u, x, output_gradients=cotangent)
+            projected = tf.reduce_sum(vjp * direction)
+        jvp = outer.gradient(projected, cotangent)
+    elif backend == "jax":
+        import jax
+
+        def projected(cotangent):
+            _, pullback = jax.vjp(lambda x: ks.sparsemap(TREE, x)[0], scores)
+            return (pullback(cotangent)[0] * direction).sum()
+
+        jvp = jax.grad(projected)(cotangent)
+    else:
+        import torch
+
+        x = torch.tensor(scores, requires_grad=True)
+        cotangent = torch.tensor(cotangent, requires_grad=True)
+        (vjp,) = torch.autograd.grad(ks.sparsemap(TREE, x)[0], x, cotangent, create_graph=True)
+        (jvp,) = torch.autograd.grad((vjp * torch.tensor(direction)).sum(), cotangent)
+    return {"jvp": _numpy(jvp)}
+
+
+def jax_transformations() -> dict:
+    """Under ``jax.jit`` and ``jax.vmap`` (one host call per vmapped batch), ``jax.jacrev``
+    against central differences in float64, and the support store left empty."""
+    import jax
+    import jax.numpy as jnp
+
+    from keras_structured.ops.host_call import SUPPORTS, _host
+
+    calls = []
+    solve_once = _host.solve
+
+    def counted_solve(*args, **kwargs):
+        calls.append(args[1].shape[0])
+        return solve_once(*args, **kwargs)
+
+    _host.solve = counted_solve
+    try:
+        rng = np.random.default_rng(3)
+        stacked = rng.normal(size=(3, 4, 6, 6)).astype("float32")
+
+        def marginals(scores):
+            return ks.sparsemap(TREE, scores, lengths=TREE_WORDS)[0]
+
+        vmapped = np.asarray(jax.vmap(marginals)(stacked))
+        one_call = list(calls)
+        looped = np.stack([np.asarray(marginals(scores)) for scores in stacked])
+        assert one_call == [12], one_call  # 3 mapped batches of 4 trees: one call of 12 problems
+        np.testing.assert_array_equal(vmapped, looped)
+
+        calls.clear()
+        upstream = rng.normal(size=stacked.shape).astype("float32")
+        gradient = jax.jit(jax.grad(lambda s: (jax.vmap(marginals)(s) * upstream).sum()))(stacked)
+        assert calls == [12], calls  # the backward pass found the support: no second solve
+        looped = [
+            jax.grad(lambda s, g=g: (marginals(s) * g).sum())(s)
+            for s, g in zip(stacked, upstream, strict=True)
+        ]
+        np.testing.assert_allclose(np.asarray(gradient), np.stack(looped), atol=1e-6)
+    finally:
+        _host.solve = solve_once
+
+    with _x64(True):
+        errors = {}
+        for name, function, inputs in [
+            ("tree", lambda s: ks.sparsemap(TREE, s, tol=1e-12)[0], [rng.normal(size=(1, 5, 5))]),
+            (
+                "sequence",
+                lambda a, b: _flat_marginals(*ks.sparsemap(SEQUENCE, a, b, tol=1e-12)),
+                [rng.normal(size=(1, 4, 3)), rng.normal(size=(1, 3, 3, 3))],
+            ),
+        ]:
+            jacobians = jax.jacrev(function, argnums=tuple(range(len(inputs))))(*map(jnp.asarray, inputs))
+            for index, jacobian in enumerate(jacobians):
+                numerical = _central_differences(function, inputs, index)
+                jacobian = np.asarray(jacobian).reshape(numerical.shape)  # batches of one
+                errors[f"{name}/{index}"] = np.abs(jacobian - numerical).max()
+    assert len(SUPPORTS) == 0, len(SUPPORTS)
+    return errors
+
+
+def _central_differences(function, inputs, index: int, delta: float = 1e-6) -> np.ndarray:
+    """``d function / d inputs[index]`` of one example, ``(*output_shape, *input_shape)`` without
+    their batch dimensions: every shifted input is one example of a single batch."""
+    x = inputs[index][0]
+    shifts = np.eye(x.size).reshape((x.size,) + x.shape) * delta
+    arguments = [np.repeat(array, 2 * x.size, axis=0) for array in inputs]
+    arguments[index] = np.concatenate([x + shifts, x - shifts])
+    outputs = np.asarray(function(*arguments))
+    differences = (outputs[: x.size] - outputs[x.size :]) / (2 * delta)
+    return np.moveaxis(differences, 0, -1).reshape(outputs.shape[1:] + x.shape)
+
+
+def torch_compiled(backend: str = "aot_eager") -> dict:
+    """``torch.compile(fullgraph=True)`` (no graph break) forward and backward equal eager;
+    ``gradcheck`` and ``gradgradcheck`` in float64."""
+    import torch
+
+    torch._dynamo.reset()
+    results = {}
+    for name, (function, inputs, shape) in _cases("float32").items():
+        compiled = torch.compile(function, backend=backend, fullgraph=True)
+        upstream = torch.tensor(_upstream(shape, "float32"))
+        for key, run in (("eager", function), ("compiled", compiled)):
+            tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
+            outputs = run(*tensors)
+            outputs.backward(upstream)
+            results[f"{name}/{key}/out"] = _numpy(outputs)
+            for index, tensor in enumerate(tensors):
+                results[f"{name}/{key}/grad{index}"] = _numpy(tensor.grad)
+    rng = np.random.default_rng(5)
+    scores = torch.tensor(rng.normal(size=(2, 4, 4)), requires_grad=True)
+    function = lambda s: ks.sparsemap(TREE, s, tol=1e-12)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(function, (scores,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradgradcheck(function, (scores,), eps=1e-6, atol=1e-6)
+    return results
+
+
+# The tagger of the README, scaled down: Embedding (mask) -> Dense -> SparseMAPSequence.
+def _tagger_data():
+    rng = np.random.default_rng(0)
+    words = rng.integers(1, 12, size=(48, 7))
+    lengths = rng.integers(3, 8, size=48)
+    words[np.arange(7) >= lengths[:, None]] = 0
+    return words, np.eye(3, dtype="float32")[words % 3]
+
+
+def _tagger() -> keras.Model:
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(12, 8, mask_zero=True)(tokens)
+    marginals = ks.SparseMAPSequence(use_boundary=True)(keras.layers.Dense(3)(hidden))
+    return keras.Model(tokens, marginals)
+
+
+def fit_tagger(save_path: str) -> dict:
+    """``model.fit`` of the tagger (jitted steps on JAX): the loss goes down, padding gets zero
+    marginals; the model is saved to ``save_path``. Returns the losses and predictions."""
+    keras.utils.set_random_seed(0)
+    words, targets = _tagger_data()
+    model = _tagger()
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    if keras.backend.backend() == "jax":
+        assert model.jit_compile, "the JAX trainer should jit the train step"
+    history = model.fit(words, targets, epochs=4, batch_size=16, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < history[0], history
+    predictions = model.predict(words, verbose=0)
+    assert np.all(predictions[words == 0] == 0)
+    np.testing.assert_allclose(predictions.sum(-1)[words > 0], 1.0, atol=1e-5)
+    model.save(save_path)
+    return {"losses": np.array(history), "predictions": predictions}
+
+
+def load_tagger(path: str) -> dict:
+    """The predictions of the tagger saved at ``path`` (by any backend)."""
+    model = keras.saving.load_model(path, compile=False)
+    assert any(type(layer) is ks.SparseMAPSequence for layer in model.layers)
+    return {"predictions": model.predict(_tagger_data()[0], verbose=0)}
+
+
+def _padding_mask(sizes, width):
+    return np.arange(width)[None, :] < np.asarray(sizes)[:, None]
+
+
+def _scores(seed: int, shape) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+#: name -> (layer class, constructor arguments, (seed, shape) of the scores, call arguments), cases
+#: of tests/test_sparsemap_layers.py.
+LAYER_CASES = {
+    "sequence_mask": (
+        ks.SparseMAPSequence,
+        {"use_boundary": True, "transitions_initializer": "random_normal"},
+        (2, (4, 6, 3)),
+        {"mask": _padding_mask([6, 3, 1, 4], 6)},
+    ),
+    "tree_mask": (ks.SparseMAPDependencyTree, {}, (8, (4, 5, 5)), {"mask": _padding_mask([5, 3, 2, 4], 5)}),
+    "sequence": (ks.SparseMAPSequence, {"transitions_initializer": "random_normal"}, (0, (4, 6, 3)), {}),
+    "projective_tree": (
+        ks.SparseMAPDependencyTree,
+        {"single_root": True, "projective": True},
+        (4, (4, 5, 5)),
+        {},
+    ),
+    "matching": (ks.SparseMAPMatching, {"unmatched_score": -0.5}, (5, (4, 3, 4)), {}),
+    "matching_lengths": (
+        ks.SparseMAPMatching,
+        {},
+        (9, (4, 3, 4)),
+        {"lengths": np.array([[3, 4], [2, 3], [3, 1], [1, 2]], "int32")},
+    ),
+    "budget_mask": (
+        ks.SparseMAPBudget,
+        {"k": 2, "exact": False},
+        (10, (4, 6)),
+        {"mask": _padding_mask([6, 4, 2, 3], 6)},
+    ),
+}
+
+
+def layer_checks(tmp_dir: str, names: list) -> dict:
+    """``tests/layer_checks.py`` on SparseMAP layers: config, eager and symbolic calls, ``jax.jit``,
+    ``model.fit``, ``.keras`` save/load, ``mixed_float16``."""
+    for name in names:
+        layer_class, kwargs, (seed, shape), call_kwargs = LAYER_CASES[name]
+        path = Path(tmp_dir) / f"layer_checks_{keras.backend.backend()}_{name}"
+        path.mkdir(parents=True, exist_ok=True)
+        check_layer(layer_class, kwargs, _scores(seed, shape), call_kwargs=call_kwargs, tmp_path=path)
+    return {}
+
+
+def return_structures_refused() -> dict:
+    """``return_structures=True`` and ``return_info=True`` raise a ValueError naming the backend;
+    NaN scores raise one naming ``eta_u`` (inside JAX's callback error on JAX)."""
+    with pytest.raises(ValueError, match="Received: backend="):
+        ks.SparseMAPSequence(return_structures=True)
+    with pytest.raises(ValueError, match="Received: backend="):
+        ks.sparsemap(TREE, np.zeros((1, 3, 3), "float32"), return_info=True)
+    with pytest.raises(Exception, match="eta_u") as error:
+        _numpy(ks.sparsemap(TREE, np.full((1, 3, 3), np.nan, "float32"))[0])
+    if keras.backend.backend() == "torch":
+        assert isinstance(error.value, ValueError), type(error.value)
+    return {}
+
+
+def _numpy(x) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+@contextlib.contextmanager
+def _x64(enable: bool):
+    """64-bit types on JAX (off by default there) for the block when ``enable``; else nothing."""
+    if not enable or keras.backend.backend() != "jax":
+        yield
+        return
+    import jax
+
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+# --- the tests, under TensorFlow --------------------------------------------------------
+
+
+def _calls(backend: str, directory: Path) -> dict:
+    calls = {
+        "float32": f"{MODULE}:sparsemap_values",
+        "float64": (f"{MODULE}:sparsemap_values", {"dtype": "float64", "compiled": backend == "jax"}),
+        "double_backward": f"{MODULE}:double_backward",
+        "refused": f"{MODULE}:return_structures_refused",
+        "load_tensorflow_model": (f"{MODULE}:load_tagger", {"path": str(directory / "tensorflow.keras")}),
+        "fit": (f"{MODULE}:fit_tagger", {"save_path": str(directory / f"{backend}.keras")}),
+    }
+    if backend == "jax":
+        calls["jit"] = (f"{MODULE}:sparsemap_values", {"compiled": True})
+        calls["transformations"] = f"{MODULE}:jax_transformations"
+    if backend == "torch":
+        calls["compiled"] = f"{MODULE}:torch_compiled"
+    return calls
+
+
+@pytest.fixture(scope="module")
+def saved_directory(tmp_path_factory) -> Path:
+    """A directory holding the tagger trained and saved under TensorFlow (``tensorflow.keras``);
+    no training, and the tests skipped, when neither JAX nor PyTorch is installed."""
+    missing = [missing_backend(backend) for backend in OTHER_BACKENDS]
+    if all(missing):
+        pytest.skip("; ".join(missing))
+    directory = tmp_path_factory.mktemp("backends_sparsemap")
+    fit_tagger(str(directory / "tensorflow.keras"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def backend_runs(saved_directory):
+    """One process per installed backend, all started at once; backend -> PendingCalls."""
+    runs = {
+        backend: start_calls(backend, _calls(backend, saved_directory), saved_directory)
+        for backend in OTHER_BACKENDS
+        if missing_backend(backend) is None
+    }
+    yield runs
+    for run in runs.values():
+        if run.process is not None and run.process.poll() is None:
+            run.process.kill()
+
+
+@pytest.fixture(scope="module")
+def tensorflow_values() -> dict:
+    return {dtype: sparsemap_values(dtype) for dtype in ("float32", "float64")}
+
+
+def _results(backend_runs, backend: str):
+    require_backend(backend)
+    return backend_runs[backend].wait()
+
+
+def _assert_equal_to(values: dict, expected: dict, forward_tol: float, gradient_tol: float) -> None:
+    assert sorted(values) == sorted(expected)
+    for key in values:
+        tol = forward_tol if key.endswith("/out") else gradient_tol
+        np.testing.assert_allclose(values[key], expected[key], rtol=tol, atol=tol, err_msg=key)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_forward_values_and_gradients_equal_tensorflow(backend, backend_runs, tensorflow_values):
+    results = _results(backend_runs, backend)
+    _assert_equal_to(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
+    _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+
+
+def test_jax_jit_equals_tensorflow(backend_runs, tensorflow_values):
+    _assert_equal_to(
+        _results(backend_runs, "jax")["jit"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL
+    )
+
+
+def test_jax_vmap_makes_one_host_call_and_jacrev_matches_finite_differences(backend_runs):
+    for name, error in _results(backend_runs, "jax")["transformations"].items():
+        assert error < 1e-6, (name, error)
+
+
+def test_torch_compile_equals_eager(backend_runs, tensorflow_values):
+    compiled = _results(backend_runs, "torch")["compiled"]
+    expected = tensorflow_values["float32"]
+    for key in expected:
+        name, what = key.split("/")
+        for mode in ("eager", "compiled"):
+            np.testing.assert_allclose(compiled[f"{name}/{mode}/{what}"], expected[key], atol=GRADIENT_TOL)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_double_backward_equals_tensorflow(backend, backend_runs):
+    expected = double_backward()["jvp"]
+    np.testing.assert_allclose(
+        _results(backend_runs, backend)["double_backward"]["jvp"], expected, atol=GRADIENT_TOL
+    )
+    rng = np.random.default_rng(11)
+    scores, _, direction = (rng.normal(size=(3, 5, 5)).astype("float32") for _ in range(3))
+    exact = solve(TREE, scores.astype("float64")).jacobian_product(direction.astype("float64"))[0]
+    np.testing.assert_allclose(expected, exact, atol=GRADIENT_TOL)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_tagger_fits_and_keras_files_move_between_backends(backend, backend_runs, saved_directory):
+    results = _results(backend_runs, backend)
+    tensorflow = load_tagger(str(saved_directory / "tensorflow.keras"))["predictions"]
+    # Saved under TensorFlow, loaded under the backend.
+    np.testing.assert_allclose(results["load_tensorflow_model"]["predictions"], tensorflow, atol=FORWARD_TOL)
+    # Trained and saved under the backend, loaded under TensorFlow.
+    saved = results["fit"]["predictions"]
+    loaded = load_tagger(str(saved_directory / f"{backend}.keras"))["predictions"]
+    np.testing.assert_allclose(loaded, saved, atol=FORWARD_TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_every_layer_passes_the_layer_checks(backend, tmp_path):
+    calls = {
+        "layer_checks": (f"{MODULE}:layer_checks", {"tmp_dir": str(tmp_path), "names": list(LAYER_CASES)})
+    }
+    start_calls(backend, calls, tmp_path).wait()["layer_checks"]
+
+
+@pytest.mark.slow
+def test_torch_compile_with_inductor_equals_tensorflow(tmp_path, tensorflow_values):
+    calls = {"compiled": (f"{MODULE}:torch_compiled", {"backend": "inductor"})}
+    compiled = start_calls("torch", calls, tmp_path).wait()["compiled"]
+    for key, expected in tensorflow_values["float32"].items():
+        name, what = key.split("/")
+        np.testing.assert_allclose(compiled[f"{name}/compiled/{what}"], expected, atol=GRADIENT_TOL)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_return_structures_is_tensorflow_only(backend, backend_runs):
+    _results(backend_runs, backend)["refused"]
