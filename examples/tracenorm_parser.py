@@ -214,7 +214,7 @@ def _locked(logdir: pathlib.Path) -> Iterator[None]:
 def _run_config(args: argparse.Namespace, trainer: str, settings) -> dict:
     """What defines a run (``config.json``): the data options and, under ``trainer``, its settings."""
     return {
-        "treebank": str(pathlib.Path(args.treebank).resolve()),
+        "treebank": args.treebank,  # as given: config.json holds no machine path
         "dim": args.dim,
         "max_train_sentences": args.max_train_sentences,
         "max_dev_sentences": args.max_dev_sentences,
@@ -253,7 +253,7 @@ def _settings(config: dict) -> dict:
     """A config's settings in one dict: the trainer's name, the data options, its settings."""
     trainer = _trainer(config)
     data = {name: value for name, value in config.items() if name not in _TRAINERS}
-    data["treebank"] = str(pathlib.Path(data["treebank"]).resolve())  # once stored as given
+    data["treebank"] = str(pathlib.Path(data["treebank"]).resolve())  # compared resolved, stored as given
     return {"trainer": trainer, **data, **config[trainer]}
 
 

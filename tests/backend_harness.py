@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -320,3 +321,22 @@ def _read_results(backend: str, out_dir: Path, names, output: str) -> BackendRes
 
 if __name__ == "__main__":  # the child: python -m tests.backend_harness OUT_DIR
     _run_spec(Path(sys.argv[1]))
+
+
+@contextlib.contextmanager
+def jax_x64(enable: bool = True):
+    """64-bit types on JAX (off by default there) for the block when ``enable``; nothing on
+    other backends."""
+    import keras
+
+    if not enable or keras.backend.backend() != "jax":
+        yield
+        return
+    import jax
+
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)

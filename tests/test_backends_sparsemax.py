@@ -9,7 +9,6 @@ layer checks (``tests/layer_checks.py``, 15-30 s of JAX compilation) are marked 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import keras
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_structured as ks
-from tests.backend_harness import backend_params, missing_backend, start_calls, value_and_vjp
+from tests.backend_harness import backend_params, jax_x64, missing_backend, start_calls, value_and_vjp
 from tests.layer_checks import check_layer
 
 OTHER_BACKENDS = ("jax", "torch")
@@ -88,7 +87,7 @@ def dtype_values() -> dict:
     logits, mask, _ = _cases()["mask"]
     logits = logits.clip(-1e4, 1e4)  # within float16's range
     results = {"float16/probs": _numpy(ks.sparsemax(logits.astype("float16"), mask=mask))}
-    with _x64():
+    with jax_x64():
         logits64 = logits.astype("float64") / 3
         probs, [grad] = value_and_vjp(
             lambda z: ks.sparsemax(z, mask=mask), [logits64], _upstream(logits.shape).astype("float64")
@@ -208,22 +207,6 @@ def load_sparsemax_model(path: str) -> dict:
 
 def _numpy(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x))
-
-
-@contextlib.contextmanager
-def _x64():
-    """64-bit types on JAX (off by default there) for the block; nothing on other backends."""
-    if keras.backend.backend() != "jax":
-        yield
-        return
-    import jax
-
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 # --- the tests, under TensorFlow --------------------------------------------------------

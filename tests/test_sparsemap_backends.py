@@ -10,7 +10,6 @@ Inductor (a C++ compiler) are marked ``slow``.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import keras
@@ -19,7 +18,7 @@ import pytest
 
 import keras_structured as ks
 from keras_structured.engine import DependencyTreeStructure, SequenceStructure, solve
-from tests.backend_harness import missing_backend, require_backend, start_calls, value_and_vjp
+from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
 from tests.layer_checks import check_layer
 
 OTHER_BACKENDS = ("jax", "torch")
@@ -80,7 +79,7 @@ def _upstream(shape, dtype: str, seed: int = 1) -> np.ndarray:
 def sparsemap_values(dtype: str = "float32", compiled: bool = False) -> dict:
     """Outputs and gradients of ``ks.sparsemap`` (sequences, trees) and ``ks.sparsemap_sequence``."""
     results = {}
-    with _x64(dtype == "float64"):
+    with jax_x64(dtype == "float64"):
         for name, (function, inputs, shape) in _cases(dtype).items():
             outputs, gradients = value_and_vjp(function, inputs, _upstream(shape, dtype), compiled=compiled)
             assert outputs.dtype == dtype and all(g.dtype == dtype for g in gradients)
@@ -167,7 +166,7 @@ def jax_transformations() -> dict:
     finally:
         _host.solve = solve_once
 
-    with _x64(True):
+    with jax_x64(True):
         errors = {}
         for name, function, inputs in [
             ("tree", lambda s: ks.sparsemap(TREE, s, tol=1e-12)[0], [rng.normal(size=(1, 5, 5))]),
@@ -332,22 +331,6 @@ def return_structures_refused() -> dict:
 
 def _numpy(x) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(x))
-
-
-@contextlib.contextmanager
-def _x64(enable: bool):
-    """64-bit types on JAX (off by default there) for the block when ``enable``; else nothing."""
-    if not enable or keras.backend.backend() != "jax":
-        yield
-        return
-    import jax
-
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", previous)
 
 
 # --- the tests, under TensorFlow --------------------------------------------------------
