@@ -143,11 +143,16 @@ def _fit_sample(loss: str, rounds: int = 30, until=lambda uas, loss: uas == 100.
     return uas, history.history["loss"][-1]
 
 
-@pytest.mark.parametrize("loss", ["sparsemap", "margin_sparsemap", "crf", "hinge"])
+# One loss in the default suite; the other three (10-25 s each) under ``-m slow``.
+SLOW_FITS = [pytest.param(loss, marks=pytest.mark.slow) for loss in ("margin_sparsemap", "crf", "hinge")]
+
+
+@pytest.mark.parametrize("loss", ["sparsemap", *SLOW_FITS])
 def test_each_loss_of_table_1_fits_twenty_sentences(loss):
     assert _fit_sample(loss)[0] == 100.0
 
 
+@pytest.mark.slow
 def test_the_perceptron_loss_reaches_its_degenerate_minimum():
     """The structured perceptron loss ``max_s score(s) - score(gold)`` is zero as soon as the
     gold tree ties with the best one, which all-equal scores achieve: a network trained with
