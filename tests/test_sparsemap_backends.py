@@ -3,13 +3,16 @@
 Each backend runs in its own process (``tests/backend_harness.py``), started once for this
 module; the functions below without a ``test_`` prefix are what it runs, and the tests compare
 what they return with the same functions run here, under TensorFlow: forward values to 1e-6,
-gradients to 1e-5 in float32, both to 1e-12 in float64. The backends whose package is not
-installed are skipped. The layer checks of every structure and ``torch.compile`` with
+gradients to 1e-5 in float32, both to 1e-12 in float64; the solver info (``return_info``,
+``return_structures``) and ``ks.map_decode`` eagerly and compiled (``jax.jit``,
+``torch.compile``, where the info is padded to its static bound). The backends whose package
+is not installed are skipped. The layer checks of every structure and ``torch.compile`` with
 Inductor (a C++ compiler) are marked ``slow``.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import keras
@@ -17,7 +20,7 @@ import numpy as np
 import pytest
 
 import keras_structured as ks
-from keras_structured.engine import DependencyTreeStructure, SequenceStructure, solve
+from keras_structured.engine import DependencyTreeStructure, MatchingStructure, SequenceStructure, solve
 from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
 from tests.layer_checks import check_layer
 
@@ -26,7 +29,8 @@ FORWARD_TOL = 1e-6
 GRADIENT_TOL = 1e-5
 FLOAT64_TOL = 1e-12
 MODULE = __name__
-SEQUENCE, TREE = SequenceStructure(), DependencyTreeStructure()
+# Made once, outside the compiled functions (torch.compile cannot trace their construction).
+SEQUENCE, TREE, MATCHING = SequenceStructure(), DependencyTreeStructure(), MatchingStructure()
 SEQUENCE_LENGTHS = np.array([6, 3, 1, 4], "int32")
 TREE_WORDS = np.array([5, 3, 2, 4], "int32")
 
@@ -315,17 +319,122 @@ def layer_checks(tmp_dir: str, names: list) -> dict:
     return {}
 
 
-def return_structures_refused() -> dict:
-    """``return_structures=True`` and ``return_info=True`` raise a ValueError naming the backend;
-    NaN scores raise one naming ``eta_u`` (inside JAX's callback error on JAX)."""
-    with pytest.raises(ValueError, match="Received: backend="):
-        ks.SparseMAPSequence(return_structures=True)
-    with pytest.raises(ValueError, match="Received: backend="):
-        ks.sparsemap(TREE, np.zeros((1, 3, 3), "float32"), return_info=True)
-    with pytest.raises(Exception, match="eta_u") as error:
-        _numpy(ks.sparsemap(TREE, np.full((1, 3, 3), np.nan, "float32"))[0])
-    if keras.backend.backend() == "torch":
-        assert isinstance(error.value, ValueError), type(error.value)
+def _compiled(function):
+    """``function`` traced and compiled by the backend: ``jax.jit``, ``torch.compile`` (Inductor
+    aside: ``aot_eager``), ``tf.function``."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    if backend == "torch":
+        import torch
+
+        torch._dynamo.reset()
+        return torch.compile(function, backend="aot_eager", fullgraph=True)
+    import tensorflow as tf
+
+    return tf.function(function)
+
+
+def _info_cases() -> dict:
+    """name -> (function returning ``(u, v, info)``, inputs): ``return_info`` on sequences,
+    trees, the sequence wrapper, a Frank-Wolfe run stopped by ``max_iter`` (its bound is
+    ``max_iter + 1``), float16 scores (float32 weights) and the layer's ``return_structures``."""
+    rng = np.random.default_rng(7)
+    sequence_lengths, tree_words = map(keras.ops.convert_to_tensor, (SEQUENCE_LENGTHS, TREE_WORDS))
+    layer = ks.SparseMAPDependencyTree(return_structures=True)
+
+    def draw(*shape, dtype="float32"):
+        return rng.normal(size=shape).astype(dtype)
+
+    def from_layer(scores):
+        out = layer(scores)
+        return out["u"], out["v"], {"weights": out["weights"], "structures": out["structures"]}
+
+    return {
+        "sequence": (
+            lambda a, b: ks.sparsemap(SEQUENCE, a, b, lengths=sequence_lengths, return_info=True),
+            [draw(4, 6, 3), draw(4, 5, 3, 3)],
+        ),
+        "tree": (lambda s: ks.sparsemap(TREE, s, lengths=tree_words, return_info=True), [draw(4, 6, 6)]),
+        "sequence_wrapper": (
+            lambda a, t: ks.sparsemap_sequence(a, t, lengths=sequence_lengths, return_info=True),
+            [draw(4, 6, 3), draw(3, 3)],
+        ),
+        "frank_wolfe": (
+            lambda s: ks.sparsemap(TREE, s, method="pairwise_frank_wolfe", max_iter=3, return_info=True),
+            [draw(2, 6, 6)],
+        ),
+        "float16": (lambda s: ks.sparsemap(TREE, s, return_info=True), [draw(2, 4, 4, dtype="float16")]),
+        "layer": (from_layer, [draw(3, 5, 5)]),
+    }
+
+
+def solver_info(compiled: bool = False) -> dict:
+    """``return_info`` / ``return_structures``: ``u`` and the info arrays of every case of
+    :func:`_info_cases`, eagerly or compiled (then padded to the static bound off TensorFlow)."""
+    results = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ks.engine.SparseMAPConvergenceWarning)  # the Frank-Wolfe case
+        for name, (function, inputs) in _info_cases().items():
+            if compiled and name == "layer" and keras.backend.backend() == "torch":
+                continue  # torch.compile of a Keras layer call is not what this checks
+            run = _compiled(function) if compiled else function
+            u, _, info = run(*map(keras.ops.convert_to_tensor, inputs))
+            results[f"{name}/u"] = _numpy(u)
+            results.update({f"{name}/{key}": _numpy(value) for key, value in info.items()})
+            results.update(
+                {f"{name}/dtype/{key}": np.array(str(_numpy(value).dtype)) for key, value in info.items()}
+            )
+    return results
+
+
+def _decode_cases() -> dict:
+    """name -> (function returning ``(codes, m, n)``, inputs) of ``ks.map_decode``."""
+    rng = np.random.default_rng(9)
+    sequence_lengths, tree_words = map(keras.ops.convert_to_tensor, (SEQUENCE_LENGTHS, TREE_WORDS))
+    forbidden = rng.normal(size=(4, 3, 4)).astype("float32")
+    forbidden[:, 0, 0] = -np.inf
+    return {
+        "sequence": (
+            lambda a, b: ks.map_decode(SEQUENCE, a, b, lengths=sequence_lengths),
+            [rng.normal(size=(4, 6, 3)).astype("float32"), rng.normal(size=(4, 5, 3, 3)).astype("float32")],
+        ),
+        "tree": (
+            lambda s: ks.map_decode(TREE, s, lengths=tree_words),
+            [rng.normal(size=(4, 6, 6)).astype("float32")],
+        ),
+        "matching_forbidden": (lambda s: ks.map_decode(MATCHING, s), [forbidden]),
+    }
+
+
+def decode_values(compiled: bool = False) -> dict:
+    """``ks.map_decode``'s codes and indicator vectors, eagerly or compiled; on JAX also the
+    gradient through it (zero: it is piecewise constant)."""
+    results = {}
+    for name, (function, inputs) in _decode_cases().items():
+        run = _compiled(function) if compiled else function
+        for key, value in zip(
+            ("codes", "m", "n"), run(*map(keras.ops.convert_to_tensor, inputs)), strict=True
+        ):
+            results[f"{name}/{key}"] = _numpy(value)
+    if keras.backend.backend() == "jax":
+        import jax
+
+        function, inputs = _decode_cases()["tree"]
+        results["tree/gradient"] = np.asarray(jax.grad(lambda s: function(s)[1].sum())(inputs[0]))
+    return results
+
+
+def bad_scores_raise() -> dict:
+    """NaN scores raise an error naming ``eta_u`` (inside JAX's callback error on JAX), in
+    ``ks.sparsemap`` and ``ks.map_decode``; a ValueError on PyTorch."""
+    for function in (lambda s: ks.sparsemap(TREE, s)[0], lambda s: ks.map_decode(TREE, s)[1]):
+        with pytest.raises(Exception, match="eta_u") as error:
+            _numpy(function(np.full((1, 3, 3), np.nan, "float32")))
+        if keras.backend.backend() == "torch":
+            assert isinstance(error.value, ValueError), type(error.value)
     return {}
 
 
@@ -341,7 +450,11 @@ def _calls(backend: str, directory: Path) -> dict:
         "float32": f"{MODULE}:sparsemap_values",
         "float64": (f"{MODULE}:sparsemap_values", {"dtype": "float64", "compiled": backend == "jax"}),
         "double_backward": f"{MODULE}:double_backward",
-        "refused": f"{MODULE}:return_structures_refused",
+        "info": f"{MODULE}:solver_info",
+        "info_compiled": (f"{MODULE}:solver_info", {"compiled": True}),
+        "decode": f"{MODULE}:decode_values",
+        "decode_compiled": (f"{MODULE}:decode_values", {"compiled": True}),
+        "bad_scores": f"{MODULE}:bad_scores_raise",
         "load_tensorflow_model": (f"{MODULE}:load_tagger", {"path": str(directory / "tensorflow.keras")}),
         "fit": (f"{MODULE}:fit_tagger", {"save_path": str(directory / f"{backend}.keras")}),
     }
@@ -465,6 +578,62 @@ def test_torch_compile_with_inductor_equals_tensorflow(tmp_path, tensorflow_valu
         np.testing.assert_allclose(compiled[f"{name}/compiled/{what}"], expected, atol=GRADIENT_TOL)
 
 
+@pytest.fixture(scope="module")
+def tensorflow_info() -> dict:
+    return {"info": solver_info(), "decode": decode_values()}
+
+
+def _assert_padded_to(values: dict, expected: dict, name: str) -> None:
+    """``values`` (padded to the static bound) equal ``expected`` (the batch's largest support)
+    on its first ``k`` structures, and padding after: weights 0, codes -1."""
+    k = expected[f"{name}/weights"].shape[1]
+    bound = values[f"{name}/weights"].shape[1]
+    assert bound >= k, (name, bound, k)
+    assert np.all(values[f"{name}/weights"][:, k:] == 0), name
+    if f"{name}/structures" in values:
+        assert np.all(values[f"{name}/structures"][:, k:] == -1), name
+        values = {**values, f"{name}/structures": values[f"{name}/structures"][:, :k]}
+    _assert_info_equal({**values, f"{name}/weights": values[f"{name}/weights"][:, :k]}, expected, name)
+
+
+def _assert_info_equal(values: dict, expected: dict, name: str) -> None:
+    for key in [key for key in expected if key.startswith(f"{name}/") and "/dtype/" not in key]:
+        if values[key].dtype.kind == "f":
+            np.testing.assert_allclose(values[key], expected[key], atol=FORWARD_TOL, err_msg=key)
+        else:  # codes, MAP calls, flags: exactly (int32 codes on JAX without 64-bit types)
+            np.testing.assert_array_equal(values[key], expected[key], err_msg=key)
+
+
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_return_structures_is_tensorflow_only(backend, backend_runs):
-    _results(backend_runs, backend)["refused"]
+def test_return_info_and_structures_equal_tensorflow(backend, backend_runs, tensorflow_info):
+    results = _results(backend_runs, backend)
+    expected = tensorflow_info["info"]
+    assert sorted(results["info"]) == sorted(expected)
+    for name in _info_cases():
+        _assert_info_equal(results["info"], expected, name)
+        # Weights and gaps in the compute dtype, as on TensorFlow (float32 for float16 scores).
+        for key in ("weights", "gap"):
+            if f"{name}/dtype/{key}" in expected:
+                assert results["info"][f"{name}/dtype/{key}"] == expected[f"{name}/dtype/{key}"], (name, key)
+        if f"{name}/weights" in results["info_compiled"]:
+            _assert_padded_to(results["info_compiled"], expected, name)
+    assert expected["frank_wolfe/weights"].shape[1] <= 4 and not expected["frank_wolfe/converged"].all()
+    assert results["info_compiled"]["frank_wolfe/weights"].shape[1] == 4  # max_iter + 1
+    assert results["info_compiled"]["tree/weights"].shape[1] == 6 * 6 + 1  # prod(u_shape) + 1
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_map_decode_equals_tensorflow(backend, backend_runs, tensorflow_info):
+    results = _results(backend_runs, backend)
+    expected = tensorflow_info["decode"]
+    for key in ("decode", "decode_compiled"):
+        values = results[key]
+        for name, want in expected.items():
+            np.testing.assert_array_equal(values[name], want, err_msg=f"{key} {name}")
+    if backend == "jax":
+        assert not results["decode"]["tree/gradient"].any()
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_bad_scores_raise(backend, backend_runs):
+    _results(backend_runs, backend)["bad_scores"]

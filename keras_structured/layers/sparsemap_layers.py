@@ -59,8 +59,7 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
             ``tol``, a few MAP calls cheaper, with an approximate gradient.
         return_structures: also return the active set: the layer then returns a
             dict with ``u``, ``v``, ``weights`` ``(batch, k)`` and ``structures``
-            (codes, padded with -1). TensorFlow backend only (a ``ValueError`` on the
-            others).
+            (codes, padded with -1; ``k`` as in the module docstring).
         options: the solver settings as one
             :class:`keras_structured.engine.SolverOptions`, instead of ``method``,
             ``tol``, ``max_iter`` and ``exact_jacobian`` (None leaves a setting to
@@ -122,12 +121,6 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         )
         self.structure = structure
         self.return_structures = bool(return_structures)
-        if self.return_structures and keras.backend.backend() != "tensorflow":
-            raise ValueError(
-                "return_structures=True needs the TensorFlow backend: the number of active "
-                "structures depends on the data, and JAX's host callbacks must declare the shapes "
-                f"of their results. Received: backend={keras.backend.backend()!r}"
-            )
 
     def _solver_options(self) -> dict:
         return dict(options=self.options, return_info=self.return_structures)

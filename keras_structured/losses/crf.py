@@ -1,95 +1,100 @@
-"""The CRF losses for ``model.compile``: linear chains and dependency trees.
+"""The CRF losses for ``model.compile``: linear chains and dependency trees, on every backend.
 
 Structured Fenchel-Young losses with the entropy regulariser (see
 :mod:`keras_structured.losses.structured` for the family): ``log Z(eta) - <eta, a>`` for the
-gold structure's indicator vectors ``a``, with gradient ``marginals - a``. The linear chain
-is pure TensorFlow and the tree CRF runs a compiled kernel, or its pure TensorFlow
-elimination inside XLA: both compile with XLA. Labels are tag sequences ``(batch, n)`` and
-head vectors ``(batch, n + 1)``, ``-1`` marking the root and the padding at the end;
-invalid labels raise ``tf.errors.InvalidArgumentError`` from assertions, naming the first
-invalid example.
+gold structure's indicator vectors ``a``, with gradient ``marginals - a``. Written with
+``keras.ops``: the linear chain runs in the backend's ops, the tree CRF calls a compiled
+kernel on the host (or, inside XLA, its elimination in ``keras.ops``); both compile with XLA
+on TensorFlow and with ``jax.jit``. Labels are tag sequences ``(batch, n)`` and head vectors
+``(batch, n + 1)``, ``-1`` marking the root and the padding at the end. Invalid labels raise
+``tf.errors.InvalidArgumentError`` on TensorFlow and ``ValueError`` on JAX and PyTorch, naming
+the first invalid example; where values cannot be checked (``jax.jit``, XLA) the loss of an
+invalid example is NaN.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.losses.per_example import PerExampleLoss, check_labels, inner, lengths_from_codes
 from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
 from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.invalid_inputs import checked
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
 
 
-def _labels(y_true) -> tf.Tensor:
-    """Integer codes from labels that Keras cast to float."""
-    return tf.cast(tf.round(tf.convert_to_tensor(y_true)), tf.int32)
+def _labels(y_true):
+    """Integer codes from labels (which Keras may have cast to float)."""
+    y_true = ops.convert_to_tensor(y_true)
+    if "int" not in keras.backend.standardize_dtype(y_true.dtype):
+        y_true = ops.round(y_true)
+    return ops.cast(y_true, "int32")
 
 
-def _checked_labels(labels: tf.Tensor, valid: tf.Tensor, expected: str) -> tf.Tensor:
-    """``labels`` once ``valid`` (a boolean per example) holds, else ``InvalidArgumentError``.
+def _checked_labels(labels, valid, expected: str):
+    """``labels`` once ``valid`` (a boolean per example) holds everywhere, else an error naming
+    the first invalid example (:func:`keras_structured.ops.invalid_inputs.checked`).
 
-    An assertion, so that the CRF losses stay pure TensorFlow: it runs in graph mode
-    too, and XLA drops it. The message names the first invalid example.
+    A check in tensor ops, so that the CRF losses compile: it runs in TensorFlow graphs too,
+    and XLA drops it.
     """
-    invalid = ~valid
-    check = tf.debugging.Assert(
-        tf.reduce_all(valid),
-        [
-            f"y_true must hold {expected}. Received: y_true[i] for the first invalid example i =",
-            tf.where(invalid)[:1, 0],
-            ":",
-            tf.boolean_mask(labels, invalid)[:1],
-        ],
-        summarize=1000,
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(labels)
+    # The number of examples before the first invalid one: its index.
+    first = ops.sum(ops.cast(ops.cumsum(ops.cast(ops.logical_not(valid), "int32")) == 0, "int32"))
+    message = f"y_true must hold {expected}. Received: y_true[i] invalid for the first invalid example i ="
+    return checked(labels, ops.all(valid), message, first)
 
 
-def _checked_tags(tags: tf.Tensor, num_labels) -> tf.Tensor:
-    """``(batch, n)`` tags checked to be in ``[0, num_labels)``, with ``-1`` padding only at the end."""
-    in_length = tf.range(tf.shape(tags)[1])[None, :] < lengths_from_codes(tags)[:, None]
-    valid = (in_length == (tags >= 0)) & (tags >= -1) & (tags < num_labels)
-    return _checked_labels(
-        tags,
-        tf.reduce_all(valid, axis=1),
-        "labels in [0, K) per example, with -1 only as padding at the end",
-    )
+def _checked_tags(tags, num_labels):
+    """``(tags, valid)``: ``(batch, n)`` tags checked to be in ``[0, num_labels)``, with ``-1``
+    padding only at the end, and which examples' are."""
+    in_length = ops.arange(ops.shape(tags)[1], dtype="int32")[None, :] < lengths_from_codes(tags)[:, None]
+    in_range = ops.logical_and(tags >= -1, tags < num_labels)
+    valid = ops.all(ops.logical_and(ops.equal(in_length, tags >= 0), in_range), axis=1)
+    expected = "labels in [0, K) per example, with -1 only as padding at the end"
+    return _checked_labels(tags, valid, expected), valid
 
 
-def _checked_heads(heads: tf.Tensor, single_root: bool) -> tf.Tensor:
-    """``(batch, n + 1)`` head vectors checked to be trees (as ``DependencyTreeStructure.validate_codes``)."""
-    size = tf.shape(heads)[1]
-    words = tf.minimum(lengths_from_codes(heads), size - 1)[:, None]
-    position = tf.range(size)[None, :]
-    is_word = (position >= 1) & (position <= words)
-    valid = tf.where(is_word, (heads >= 0) & (heads <= words) & (heads != position), heads == -1)
+def _checked_heads(heads, single_root: bool):
+    """``(heads, valid)``: ``(batch, n + 1)`` head vectors checked to be trees (as
+    ``DependencyTreeStructure.validate_codes``), and which examples' are."""
+    size = ops.shape(heads)[1]
+    words = ops.minimum(lengths_from_codes(heads), size - 1)[:, None]
+    position = ops.arange(size, dtype="int32")[None, :]
+    is_word = ops.logical_and(position >= 1, position <= words)
+    is_head = ops.logical_and(ops.logical_and(heads >= 0, heads <= words), ops.not_equal(heads, position))
+    valid = ops.where(is_word, is_head, ops.equal(heads, -1))
     # Pointer doubling: after k steps every position points at its 2^k-th ancestor
     # (the root and padding point at 0), so words off a cycle end at the root.
-    ancestors = tf.where(valid, tf.maximum(heads, 0), 0)
-    _, ancestors = tf.while_loop(
+    ancestors = ops.where(valid, ops.maximum(heads, 0), 0)
+    _, ancestors = ops.while_loop(
         lambda reach, _: reach < size,
-        lambda reach, ancestors: (2 * reach, tf.gather(ancestors, ancestors, batch_dims=1)),
+        lambda reach, ancestors: (2 * reach, ops.take_along_axis(ancestors, ancestors, axis=1)),
         (1, ancestors),
     )
-    trees = tf.reduce_all(valid & (ancestors == 0), axis=1)
+    trees = ops.all(ops.logical_and(valid, ops.equal(ancestors, 0)), axis=1)
     expected = (
         "head vectors: -1 at the root (position 0) and past the last word, and for every "
         "word the root (0) or another word, with no cycle"
     )
     if single_root:
-        trees &= tf.reduce_sum(tf.cast(heads == 0, tf.int32), axis=1) == tf.minimum(words[:, 0], 1)
+        root_children = ops.sum(ops.cast(ops.equal(heads, 0), "int32"), axis=1)
+        trees = ops.logical_and(trees, ops.equal(root_children, ops.minimum(words[:, 0], 1)))
         expected += " and exactly one word attached to the root"
-    return _checked_labels(heads, trees, expected)
+    return _checked_labels(heads, trees, expected), trees
 
 
-def linear_chain_crf_loss(y_true, y_pred) -> tf.Tensor:
+def _nan_where_invalid(losses, valid):
+    """The losses, NaN for the examples whose labels failed a check that could not raise."""
+    return ops.where(valid, losses, ops.full_like(losses, float("nan")))
+
+
+def linear_chain_crf_loss(y_true, y_pred):
     """Linear-chain CRF loss per example: the negative log-likelihood ``log Z(eta) - <eta, a>``.
 
     ``log Z`` is computed by the forward algorithm
     (:func:`keras_structured.ops.crf.linear_chain_crf_log_partition`); the gradient
-    is the CRF marginals minus the gold indicators. Pure TensorFlow.
+    is the CRF marginals minus the gold indicators. Runs on every Keras backend.
 
     Args:
         y_true: ``(batch, n)`` gold labels, ``-1`` past each sequence's length.
@@ -101,8 +106,9 @@ def linear_chain_crf_loss(y_true, y_pred) -> tf.Tensor:
 
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
-        tf.errors.InvalidArgumentError: at run time, for labels out of range or
-            ``-1`` inside a sequence.
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for labels out of
+            range or ``-1`` inside a sequence (``ValueError`` on JAX and PyTorch, where the
+            values are known; elsewhere the example's loss is NaN).
 
     Example:
         >>> from keras_structured.ops import pack_sequence_scores
@@ -110,19 +116,22 @@ def linear_chain_crf_loss(y_true, y_pred) -> tf.Tensor:
         >>> round(float(linear_chain_crf_loss([[0, 1, -1]], scores)[0]), 4)  # log(2 ** 2)
         1.3863
     """
-    scores = tf.convert_to_tensor(y_pred)
-    unary, pairwise = unpack_sequence_scores(tf.cast(scores, compute_dtype(scores)))
+    scores = ops.convert_to_tensor(y_pred)
+    unary, pairwise = unpack_sequence_scores(ops.cast(scores, compute_dtype(scores)))
     tags = _labels(y_true)
     check_labels(tags, unary.shape[1], scores)
-    tags = _checked_tags(tags, tf.shape(unary)[-1])
+    num_labels = ops.shape(unary)[-1]
+    tags, valid = _checked_tags(tags, num_labels)
     lengths = lengths_from_codes(tags)
-    gold_m = tf.one_hot(tags, tf.shape(unary)[-1], dtype=unary.dtype)
+    gold_m = ops.one_hot(tags, num_labels, dtype=unary.dtype)
     gold_n = gold_m[:, :-1, :, None] * gold_m[:, 1:, None, :]
     log_z = linear_chain_crf_log_partition(unary, pairwise, lengths=lengths)
-    return tf.maximum(log_z - inner(unary, gold_m) - inner(pairwise, gold_n), 0.0)
+    # relu rather than maximum, which computes float64 in float32 on PyTorch (Keras 3.15).
+    losses = ops.relu(log_z - inner(unary, gold_m) - inner(pairwise, gold_n))
+    return _nan_where_invalid(losses, valid)
 
 
-def tree_crf_loss(y_true, y_pred, single_root: bool = False) -> tf.Tensor:
+def tree_crf_loss(y_true, y_pred, single_root: bool = False):
     """Dependency-tree CRF loss per example: ``log Z(eta) - sum_{(h, m) in gold} eta[h, m]``.
 
     ``log Z`` sums over all non-projective trees by the matrix-tree theorem
@@ -140,21 +149,23 @@ def tree_crf_loss(y_true, y_pred, single_root: bool = False) -> tf.Tensor:
 
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
-        tf.errors.InvalidArgumentError: at run time, for heads that are not trees.
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for heads that are
+            not trees (``ValueError`` on JAX and PyTorch, where the values are known;
+            elsewhere the example's loss is NaN).
 
     Example:
         >>> round(float(tree_crf_loss([[-1, 0, 1]], tf.zeros([1, 3, 3]))[0]), 4)  # log(3)
         1.0986
     """
     single_root = bool(single_root)
-    scores = tf.convert_to_tensor(y_pred)
-    scores = tf.cast(scores, compute_dtype(scores))
+    scores = ops.convert_to_tensor(y_pred)
+    scores = ops.cast(scores, compute_dtype(scores))
     heads = _labels(y_true)
     check_labels(heads, scores.shape[-1], scores)
-    heads = _checked_heads(heads, single_root)
-    gold = tf.linalg.matrix_transpose(tf.one_hot(heads, tf.shape(scores)[-1], dtype=scores.dtype))
+    heads, valid = _checked_heads(heads, single_root)
+    gold = ops.one_hot(heads, ops.shape(scores)[-1], axis=1, dtype=scores.dtype)  # [head, modifier]
     log_z = tree_crf_log_partition(scores, lengths_from_codes(heads), single_root=single_root)
-    return tf.maximum(log_z - inner(scores, gold), 0.0)
+    return _nan_where_invalid(ops.relu(log_z - inner(scores, gold)), valid)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -164,7 +175,7 @@ class LinearChainCRFLoss(PerExampleLoss):
     ``log Z`` is computed by the forward algorithm
     (:func:`keras_structured.ops.crf.linear_chain_crf_log_partition`); the
     gradient is the CRF marginals minus the gold indicators. ``L > 0``, and it
-    tends to zero as the gold sequence's score margin grows. Pure TensorFlow. The
+    tends to zero as the gold sequence's score margin grows. Runs on every Keras backend. The
     loss of each example is :func:`linear_chain_crf_loss`.
 
     Args:
@@ -183,8 +194,9 @@ class LinearChainCRFLoss(PerExampleLoss):
 
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
-        tf.errors.InvalidArgumentError: at run time, for labels out of range or ``-1``
-            inside a sequence.
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for labels out of
+            range or ``-1`` inside a sequence (``ValueError`` on JAX and PyTorch, where the
+            values are known; elsewhere the example's loss is NaN).
 
     Example:
         >>> from keras_structured.ops import pack_sequence_scores
@@ -226,7 +238,9 @@ class TreeCRFLoss(PerExampleLoss):
 
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
-        tf.errors.InvalidArgumentError: at run time, for heads that are not trees.
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for heads that are
+            not trees (``ValueError`` on JAX and PyTorch, where the values are known;
+            elsewhere the example's loss is NaN).
 
     Example:
         >>> round(float(TreeCRFLoss()([[-1, 0, 1]], tf.zeros([1, 3, 3]))), 4)  # log(3)

@@ -14,14 +14,9 @@ import keras
 from keras import ops
 from keras.src.backend import get_keras_mask, in_symbolic_scope, set_keras_mask
 
-from keras_structured.ops.runtime_checks import checked
-from keras_structured.ops.sparsemax_op import (
-    attach_logits,
-    attached_logits,
-    class_axis,
-    compute_dtype,
-    sparsemax,
-)
+from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.invalid_inputs import checked
+from keras_structured.ops.sparsemax_op import attach_logits, attached_logits, class_axis, sparsemax
 
 _LABELS_OUT_OF_RANGE = "y_true must hold class indices in [0, K), K the size of the class axis of y_pred."
 

@@ -24,8 +24,12 @@ TreeCRFLoss                ``-H(mu)``, dependency trees             marginals
 with the Hamming cost ``rho(u, m) = <1 - 2 m, u> + sum(m)`` (for 0/1 vectors, the
 number of unary parts where ``u`` and ``m`` differ) weighted by ``w = cost_weight``.
 The SparseMAP and MAP losses run the solver under ``stop_gradient`` (by Danskin's
-theorem the gradient is ``mu* - a`` without differentiating the solver) in a
-``tf.numpy_function``: compile models using them with ``jit_compile=False``. The
+theorem the gradient is ``mu* - a`` without differentiating the solver) in one host
+call per batch (:mod:`keras_structured.ops.host_call`), after another that reads the
+gold structures from the labels (:mod:`keras_structured.losses._gold`). Their tensor
+parts are ``keras.ops``: they run on TensorFlow (``tf.numpy_function``: compile models
+using them with ``jit_compile=False``), JAX (``jax.pure_callback``, also in the jitted
+training step of ``model.fit``) and PyTorch (``torch.library`` custom ops). The
 CRF losses compile with XLA too: the linear chain is pure TensorFlow, and the tree CRF
 runs a compiled kernel, or its pure TensorFlow elimination inside XLA.
 
@@ -40,7 +44,9 @@ labels (an index out of range, ``-1`` inside a sequence, heads that do not form 
 tree, a column matched twice, a budget exceeded) raise
 ``tf.errors.InvalidArgumentError`` at run time, naming the first invalid example:
 the structure's ``validate_codes`` checks them where they are read, and the CRF
-losses check them with assertions.
+losses check them with assertions. On PyTorch the SparseMAP and MAP losses raise the
+same error (also a ``ValueError``); on JAX its message comes inside the
+``JaxRuntimeError`` of the host callback, under ``jax.jit`` too.
 
 Scores ``y_pred`` are split into ``(eta_u, eta_v)`` by the structure's
 ``split_scores``: for sequences, the packed ``(batch, n, K, K + 1)`` tensor of
@@ -61,7 +67,8 @@ from __future__ import annotations
 import dataclasses
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from keras_structured.engine import (
     SolverOptions,
@@ -70,6 +77,7 @@ from keras_structured.engine import (
     structure_to_config,
 )
 from keras_structured.engine.options import SolverSettings, resolve_options
+from keras_structured.losses._gold import gold_indicators
 from keras_structured.losses.per_example import (
     PerExampleLoss,
     check_labels,
@@ -79,7 +87,8 @@ from keras_structured.losses.per_example import (
 )
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
-from keras_structured.ops.sparsemap_op import raising_invalid_scores, sparsemap_solution
+from keras_structured.ops.portable_sparsemap import solver_dtype
+from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_solution
 from keras_structured.ops.xla import LOSS_FIX, refuse_xla
 from keras_structured.validation import check_number
 
@@ -111,57 +120,58 @@ def _loss_options(options, method, tol, max_iter) -> SolverOptions:
     return dataclasses.replace(options, exact_jacobian=False) if options.exact_jacobian else options
 
 
-def _scores(structure: Structure, y_pred) -> tuple[tf.Tensor, tf.Tensor | None]:
+def _scores(structure: Structure, y_pred) -> tuple:
     """``(eta_u, eta_v)`` from ``y_pred``, in the compute dtype, by the structure's own layout."""
-    scores = tf.convert_to_tensor(y_pred)
-    return structure.split_scores(tf.cast(scores, compute_dtype(scores)))
+    scores = ops.convert_to_tensor(y_pred)
+    return structure.split_scores(ops.cast(scores, compute_dtype(scores)))
 
 
-def _gold(structure: Structure, y_true, y_pred, eta_u: tf.Tensor):
+def _codes(structure: Structure, y_true):
+    """The gold codes ``y_true`` as a tensor of the structure's code dtype.
+
+    Integer codes are rounded and checked as int64 (on the host, by the structure's
+    ``validate_codes``), before a narrower code dtype could wrap them around (int32 on JAX
+    without 64-bit types).
+    """
+    codes = ops.convert_to_tensor(y_true)
+    if not np.issubdtype(structure.code_dtype, np.integer):
+        return ops.cast(codes, np.dtype(structure.code_dtype).name)
+    if keras.backend.is_float_dtype(codes.dtype):
+        codes = ops.round(codes)
+    return ops.cast(codes, "int64" if solver_dtype() == "float64" else "int32")
+
+
+def _gold(structure: Structure, y_true, y_pred, eta_u) -> tuple:
     """``(lengths, m, n)`` of the gold codes ``y_true`` for ``y_pred`` (unary scores ``eta_u``).
 
     Lengths come from the codes when the structure pads them with -1
     (:attr:`~keras_structured.engine.Structure.lengths_from_codes`), else they are None.
-    The codes are checked by the structure's ``validate_codes`` in the numpy function
-    that reads them anyway (see :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`).
+    The codes are checked by the structure's ``validate_codes`` in the host call that reads
+    them anyway (:func:`keras_structured.losses._gold.gold_indicators`).
     """
-    code_dtype = tf.as_dtype(structure.code_dtype)
-    codes = tf.convert_to_tensor(y_true)
-    # Integer codes are checked as int64, before a narrower code dtype could wrap them around.
-    codes = tf.cast(tf.round(codes), tf.int64) if code_dtype.is_integer else tf.cast(codes, code_dtype)
+    codes = _codes(structure, y_true)
     lengths = None
     if structure.lengths_from_codes:
         check_labels(codes, eta_u.shape[1], y_pred)
         lengths = lengths_from_codes(codes)
-    np_dtype = eta_u.dtype.as_numpy_dtype
-
-    def indicators(codes, u_shape, sizes=None):
-        u_shape = tuple(int(d) for d in u_shape)
-        structure.validate_codes(codes, u_shape, sizes, name="y_true")
-        codes = codes.astype(structure.code_dtype)
-        m, n = structure.indicators(codes, u_shape, structure.v_shape(u_shape), sizes)
-        return m.astype(np_dtype), n.astype(np_dtype)
-
-    inputs = [codes, tf.shape(eta_u)[1:]] + ([] if lengths is None else [tf.cast(lengths, tf.int64)])
-    m, n = tf.numpy_function(
-        raising_invalid_scores(indicators),
-        inputs,
-        [eta_u.dtype, eta_u.dtype],
-        stateful=False,
-        name="gold_indicators",
-    )
-    m.set_shape(eta_u.shape)
-    n.set_shape(eta_u.shape[:1].concatenate(structure.v_shape(tuple(eta_u.shape[1:]))))
-    if lengths is not None:
-        # Lengths from invalid codes can be invalid too: the solver reads them after the check.
-        with tf.control_dependencies([m]):
-            lengths = tf.identity(lengths)
-    return lengths, m, n
+    return gold_indicators(structure, codes, eta_u, lengths)
 
 
-def _structured_loss(
-    y_true, y_pred, structure: Structure, cost_weight: float, options: SolverOptions | None
-) -> tf.Tensor:
+def _maximiser(structure: Structure, scores_u, scores_v, lengths, options: SolverOptions | None) -> tuple:
+    """``(u, v)`` of MAP (``options`` None) or SparseMAP for scores that carry no gradient.
+
+    On TensorFlow the SparseMAP solution skips the Jacobian factors
+    (:func:`~keras_structured.ops.sparsemap_op.sparsemap_solution`); elsewhere the scores'
+    stopped gradient keeps the host call from storing an active set.
+    """
+    if options is None:
+        return map_decode(structure, scores_u, scores_v, lengths=lengths)[1:]
+    if keras.backend.backend() == "tensorflow":
+        return sparsemap_solution(structure, scores_u, scores_v, lengths=lengths, options=options)
+    return sparsemap(structure, scores_u, scores_v, lengths=lengths, options=options)
+
+
+def _structured_loss(y_true, y_pred, structure: Structure, cost_weight: float, options: SolverOptions | None):
     """The shared formula of the SparseMAP and MAP losses, per example.
 
     ``max_mu [<eta', mu> - q * ||u||^2 / 2] + w * sum(m) - [<eta, a> - q * ||m||^2 / 2]``
@@ -172,23 +182,22 @@ def _structured_loss(
     eta_u, eta_v = _scores(structure, y_pred)
     dtype = eta_u.dtype
     # In float64, cast once at the end: the loss is a difference of two large scores.
-    eta_u = tf.cast(eta_u, tf.float64)
-    eta_v = None if eta_v is None else tf.cast(eta_v, tf.float64)
+    wide = solver_dtype()
+    eta_u = ops.cast(eta_u, wide)
+    eta_v = None if eta_v is None else ops.cast(eta_v, wide)
     lengths, gold_m, gold_n = _gold(structure, y_true, y_pred, eta_u)
     cost_u = eta_u + cost_weight * (1.0 - 2.0 * gold_m) if cost_weight else eta_u
     # Danskin: the gradient of the max is its maximiser, so the solver is not differentiated.
-    scores_u = tf.stop_gradient(cost_u)
-    scores_v = None if eta_v is None else tf.stop_gradient(eta_v)
-    if options is None:
-        u, v = map_decode(structure, scores_u, scores_v, lengths=lengths)[1:]
-    else:
-        u, v = sparsemap_solution(structure, scores_u, scores_v, lengths=lengths, options=options)
+    scores_v = None if eta_v is None else ops.stop_gradient(eta_v)
+    u, v = _maximiser(structure, ops.stop_gradient(cost_u), scores_v, lengths, options)
     loss = inner(cost_u, u) - inner(eta_u, gold_m) + cost_weight * per_example_sum(gold_m)
     if eta_v is not None:
-        loss += inner(eta_v, v) - inner(eta_v, gold_n)
+        loss = loss + (inner(eta_v, v) - inner(eta_v, gold_n))
     if options is not None:
-        loss += per_example_sum(tf.square(gold_m) - tf.square(u)) / 2
-    return tf.cast(tf.maximum(loss, 0.0), dtype)
+        loss = loss + per_example_sum(ops.square(gold_m) - ops.square(u)) / 2
+    # max(loss, 0), its gradient passed on at 0 as by tf.maximum (ops.maximum computes float64
+    # in float32 on PyTorch).
+    return ops.cast(ops.where(loss < 0, ops.zeros_like(loss), loss), dtype)
 
 
 def sparsemap_loss(
@@ -200,7 +209,7 @@ def sparsemap_loss(
     method: str | None = None,
     tol: float | None = None,
     max_iter: int | None = None,
-) -> tf.Tensor:
+):
     """SparseMAP loss per example: the Fenchel-Young loss of the quadratic regulariser on ``u``.
 
     For scores ``eta`` and a gold structure ``a = (m, n)``,
@@ -253,7 +262,7 @@ def margin_sparsemap_loss(
     method: str | None = None,
     tol: float | None = None,
     max_iter: int | None = None,
-) -> tf.Tensor:
+):
     """Margin SparseMAP loss per example: SparseMAP on Hamming-cost-augmented scores.
 
     For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,
@@ -288,7 +297,7 @@ def margin_sparsemap_loss(
     return _structured_loss(y_true, y_pred, structure, cost_weight, options)
 
 
-def structured_perceptron_loss(y_true, y_pred, structure: Structure | dict) -> tf.Tensor:
+def structured_perceptron_loss(y_true, y_pred, structure: Structure | dict):
     """Structured perceptron loss per example (Collins, 2002): ``max_s <eta, a_s> - <eta, a>``.
 
     The best structure's score minus the gold one's, by one MAP call
@@ -314,7 +323,7 @@ def structured_perceptron_loss(y_true, y_pred, structure: Structure | dict) -> t
     return _structured_loss(y_true, y_pred, _as_structure(structure), 0.0, None)
 
 
-def structured_hinge_loss(y_true, y_pred, structure: Structure | dict, cost_weight: float = 1.0) -> tf.Tensor:
+def structured_hinge_loss(y_true, y_pred, structure: Structure | dict, cost_weight: float = 1.0):
     """Structured hinge loss per example, with a Hamming cost (Taskar et al., 2003).
 
     For scores ``eta``, a gold structure ``a = (m, n)`` and ``w = cost_weight``,

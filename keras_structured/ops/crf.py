@@ -1,4 +1,4 @@
-"""Conditional random fields: log-partition functions and marginals in TensorFlow.
+"""Conditional random fields: log-partition functions and marginals, on every Keras backend.
 
 A CRF puts the Gibbs distribution ``p(s) = exp(<eta, a_s>) / Z(eta)`` on the
 structures ``s`` of a marginal polytope. Its log-partition function
@@ -8,105 +8,177 @@ structures ``s`` of a marginal polytope. Its log-partition function
 is smooth and its gradient is the vector of marginals ``mu = E_p[a_s]``. Two
 structures are covered:
 
-* linear chains, by the forward algorithm in the log domain, in pure TensorFlow
-  (graph mode, ``tf.function`` and XLA), with marginals by automatic differentiation;
+* linear chains, by the forward algorithm in the log domain, in ``keras.ops`` (on
+  TensorFlow also in graph mode, ``tf.function`` and XLA), with marginals by automatic
+  differentiation;
 * non-projective dependency trees, by the matrix-tree theorem (Koo et al., 2007),
   with a subtraction-free elimination of the Laplacian: a compiled kernel
   (:mod:`keras_structured.engine.matrix_tree`, float64, marginals by its hand-written
-  backward pass, ``O(n^2)`` memory) called through ``tf.numpy_function``; inside
-  ``tf.function(jit_compile=True)``, where XLA cannot call Python, the same
-  elimination in pure TensorFlow (a ``tf.while_loop``, slower, and its gradient
-  stores every step).
+  backward pass, ``O(n^2)`` memory) called on the host: ``tf.numpy_function`` on
+  TensorFlow, :mod:`keras_structured.ops.matrix_tree_host` on JAX (under ``jax.jit`` and
+  ``jax.vmap``) and PyTorch. Inside ``tf.function(jit_compile=True)``, where XLA cannot
+  call Python, the same elimination runs in ``keras.ops`` instead (a loop, slower, and its
+  gradient stores every step); that elimination also gives the second derivatives of
+  ``log Z`` (the gradient of the marginals) on every backend.
 
-Half-precision inputs are computed in float32 (the results keep that dtype).
+Half-precision inputs are computed in float32 (the results keep that dtype). Lengths
+outside ``[0, n]`` raise ``tf.errors.InvalidArgumentError`` on TensorFlow and ``ValueError``
+on JAX and PyTorch when their values are known; where they are not (``jax.jit``, XLA) the
+offending examples get a NaN ``log Z``.
 """
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
+from keras import ops
 
 from keras_structured.engine import matrix_tree
 from keras_structured.ops.dtypes import compute_dtype, integer_lengths
+from keras_structured.ops.invalid_inputs import checked
+from keras_structured.ops.matrix_tree_host import tree_crf_on_host
+from keras_structured.ops.portable_sparsemap import solver_dtype
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 from keras_structured.ops.xla import _in_xla_context
 
+_INVALID_LENGTHS = (
+    "lengths must be in [0, n], n the number of positions (words for trees). "
+    "Received: lengths with this many values outside:"
+)
 
-def _checked_lengths(lengths, scores: tf.Tensor, size) -> tf.Tensor:
-    """``(batch,)`` int32 lengths (default ``size``) of an integer dtype, in ``[0, size]`` at run time.
 
-    The range the SparseMAP structures' ``validate_lengths`` accept: 0 is an empty
-    example. The check is an assertion, so it also runs in graph mode (XLA drops it).
+def _vjp(function, inputs: list, cotangent=None) -> list:
+    """Gradients of ``<cotangent, function(*inputs)>`` with respect to ``inputs``, themselves
+    differentiable (marginals are the gradient of ``log Z``, and have one).
+
+    ``cotangent`` defaults to ones. The backend's own autodiff: ``tf.GradientTape``,
+    ``jax.vjp``, ``torch.autograd.grad`` (with a graph when gradients are being recorded,
+    also inside a backward pass that builds one).
     """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outputs = function(*inputs)
+        return tape.gradient(
+            outputs, inputs, output_gradients=cotangent, unconnected_gradients=tf.UnconnectedGradients.ZERO
+        )
+    if backend == "jax":
+        import jax
+
+        outputs, pullback = jax.vjp(function, *inputs)
+        return list(pullback(ops.ones_like(outputs) if cotangent is None else cotangent))
+    if backend == "torch":
+        import torch
+
+        recording = torch.is_grad_enabled()
+        with torch.enable_grad():
+            inputs = [x if x.requires_grad else x.detach().requires_grad_() for x in inputs]
+            outputs = function(*inputs)
+            cotangent = torch.ones_like(outputs) if cotangent is None else cotangent
+            gradients = torch.autograd.grad(
+                outputs, inputs, cotangent, create_graph=recording, allow_unused=True, materialize_grads=True
+            )
+        return list(gradients)
+    raise ValueError(f"The CRF ops run on TensorFlow, JAX and PyTorch. Received: backend={backend!r}")
+
+
+def _checked_lengths(lengths, scores, size):
+    """``(lengths, valid)``: ``(batch,)`` int32 lengths (default ``size``) of an integer dtype,
+    checked to be in ``[0, size]`` and clipped to it, and which examples' were in it.
+
+    The range the SparseMAP structures' ``validate_lengths`` accept: 0 is an empty example.
+    The check raises where values can be read (:func:`keras_structured.ops.invalid_inputs.checked`:
+    also at run time in TensorFlow graphs); elsewhere the callers return NaN for ``~valid``.
+    """
+    batch = ops.shape(scores)[0]
     if lengths is None:
-        return tf.fill(tf.shape(scores)[:1], size)
+        return ops.full((batch,), size, "int32"), ops.ones((batch,), "bool")
     lengths = integer_lengths(lengths)
-    if not lengths.shape.is_compatible_with(scores.shape[:1]):
+    vector = len(lengths.shape) == 1
+    if not vector or None not in (lengths.shape[0], scores.shape[0]) and lengths.shape[0] != scores.shape[0]:
         raise ValueError(
             f"lengths must have shape (batch,) for scores of shape {scores.shape}. "
             f"Received: lengths.shape={lengths.shape}"
         )
-    message = "lengths must be in [0, n], n the number of positions (words for trees)."
-    checks = [
-        tf.debugging.assert_non_negative(lengths, message=message),
-        tf.debugging.assert_less_equal(lengths, size, message=message),
-    ]
-    with tf.control_dependencies(checks):
-        return tf.identity(lengths)
+    valid = ops.logical_and(lengths >= 0, lengths <= size)
+    outside = ops.sum(ops.cast(ops.logical_not(valid), "int32"))
+    lengths = checked(lengths, ops.all(valid), _INVALID_LENGTHS, outside)
+    return ops.clip(lengths, 0, size), valid
+
+
+def _nan_where_invalid(log_z, valid):
+    return ops.where(valid, log_z, ops.full_like(log_z, float("nan")))
+
+
+def _fold(body, state: tuple, start, stop) -> tuple:
+    """``state = body(i, state)`` for ``i`` in ``[start, stop)``, differentiably.
+
+    ``keras.ops.fori_loop``: on JAX a scan (bounds known when it traces), which reverse mode
+    differentiates; on PyTorch a Python loop. On TensorFlow a ``while_loop`` with
+    ``maximum_iterations``, without which XLA cannot differentiate it (``stop`` may be a
+    tensor there, for dimensions unknown until run time).
+    """
+    if keras.backend.backend() == "tensorflow":
+        return tf.while_loop(
+            lambda i, *_: i < stop,
+            lambda i, *state: (i + 1, *body(i, state)),
+            (start, *state),
+            maximum_iterations=stop - start,
+        )[1:]
+    return ops.fori_loop(start, stop, body, state)
 
 
 def _chain_inputs(unary, transitions, start, end, lengths):
-    """Validated ``(unary, pairwise (batch, n - 1, K, K), start, end, lengths)`` in a common dtype."""
-    unary = tf.convert_to_tensor(unary)
-    if unary.shape.rank != 3 or unary.shape[1] == 0:
+    """Validated ``(unary, pairwise (batch, n - 1, K, K), start, end, lengths, valid)`` in a
+    common dtype."""
+    unary = ops.convert_to_tensor(unary)
+    if len(unary.shape) != 3 or unary.shape[1] == 0:
         raise ValueError(
             f"unary must have shape (batch, n, K) with n >= 1. Received: unary.shape={unary.shape}"
         )
     dtype = compute_dtype(unary)
-    unary = tf.cast(unary, dtype)
+    unary = ops.cast(unary, dtype)
     num_labels = unary.shape[-1]
-    transitions = tf.cast(tf.convert_to_tensor(transitions), dtype)
-    if transitions.shape.rank not in (2, 3, 4) or transitions.shape[-2:] != (num_labels, num_labels):
+    transitions = ops.cast(ops.convert_to_tensor(transitions), dtype)
+    if len(transitions.shape) not in (2, 3, 4) or tuple(transitions.shape[-2:]) != (num_labels, num_labels):
         raise ValueError(
             f"transitions must have shape (K, K), (batch, K, K) or (batch, n - 1, K, K) with K={num_labels}. "
             f"Received: transitions.shape={transitions.shape}"
         )
     # Packing broadcasts every accepted transition layout to one per position.
     _, pairwise = unpack_sequence_scores(pack_sequence_scores(unary, transitions))
-    batch = tf.shape(unary)[0]
+    batch = ops.shape(unary)[0]
     boundary = []
     for name, scores in (("start", start), ("end", end)):
         if scores is None:
-            boundary.append(tf.zeros([batch, num_labels], dtype))
+            boundary.append(ops.zeros((batch, num_labels), dtype))
             continue
-        scores = tf.cast(tf.convert_to_tensor(scores), dtype)
-        if scores.shape.rank not in (1, 2) or scores.shape[-1] != num_labels:
+        scores = ops.cast(ops.convert_to_tensor(scores), dtype)
+        if len(scores.shape) not in (1, 2) or scores.shape[-1] != num_labels:
             raise ValueError(
                 f"{name} scores must have shape (K,) or (batch, K) with K={num_labels}. "
                 f"Received: {name}.shape={scores.shape}"
             )
-        boundary.append(tf.broadcast_to(scores, [batch, num_labels]))
-    return unary, pairwise, boundary[0], boundary[1], _checked_lengths(lengths, unary, tf.shape(unary)[1])
+        boundary.append(ops.broadcast_to(scores, (batch, num_labels)))
+    return unary, pairwise, *boundary, *_checked_lengths(lengths, unary, ops.shape(unary)[1])
 
 
 def _forward(unary, pairwise, start, end, lengths):
     """``log Z`` ``(batch,)`` of linear chains by the log-domain forward algorithm."""
-    steps = (
-        tf.transpose(unary[:, 1:], [1, 0, 2]),
-        tf.transpose(pairwise, [1, 0, 2, 3]),
-        tf.range(1, tf.shape(unary)[1]),
-    )
 
-    def step(alpha, inputs):
-        scores, transition, position = inputs
-        advanced = tf.reduce_logsumexp(alpha[:, :, None] + transition, axis=1) + scores
-        return tf.where((position < lengths)[:, None], advanced, alpha)
+    def step(position, state):
+        (alpha,) = state
+        transition, scores = pairwise[:, position - 1], unary[:, position]
+        advanced = ops.logsumexp(alpha[:, :, None] + transition, axis=1) + scores
+        return (ops.where((position < lengths)[:, None], advanced, alpha),)
 
-    alpha = tf.foldl(step, steps, initializer=start + unary[:, 0])
-    log_z = tf.reduce_logsumexp(alpha + end, axis=-1)
-    return tf.where(lengths > 0, log_z, tf.zeros_like(log_z))
+    (alpha,) = _fold(step, (start + unary[:, 0],), 1, ops.shape(unary)[1])
+    log_z = ops.logsumexp(alpha + end, axis=-1)
+    return ops.where(lengths > 0, log_z, ops.zeros_like(log_z))
 
 
-def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, lengths=None) -> tf.Tensor:
+def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, lengths=None):
     """Log-partition function of a linear-chain CRF, by the forward algorithm.
 
     Computes, for every example,
@@ -115,7 +187,8 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
                               + sum_i transitions[i, y_i, y_{i+1}] + end[y_L])
 
     over all label sequences ``y`` of length ``L`` (the example's length), in the
-    log domain. An empty sequence (``L = 0``) has ``log Z = 0``.
+    log domain. An empty sequence (``L = 0``) has ``log Z = 0``. Runs on every Keras
+    backend (``keras.ops``), differentiably.
 
     Args:
         unary: ``(batch, n, K)`` label scores, ``n >= 1``.
@@ -132,8 +205,10 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
 
     Raises:
         ValueError: at trace time, for shapes that do not fit, or lengths of a
-            non-integer dtype.
-        tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
+            non-integer dtype; on JAX and PyTorch also for lengths outside ``[0, n]``
+            when their values are known (elsewhere their ``log Z`` is NaN).
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for lengths outside
+            ``[0, n]``.
 
     Example:
         >>> # Zero scores: log Z = log(number of sequences) = log(2 ** 3).
@@ -141,12 +216,11 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
         >>> round(float(tf.exp(log_z[0])), 4)
         8.0
     """
-    return _forward(*_chain_inputs(unary, transitions, start, end, lengths))
+    *inputs, valid = _chain_inputs(unary, transitions, start, end, lengths)
+    return _nan_where_invalid(_forward(*inputs), valid)
 
 
-def linear_chain_crf_marginals(
-    unary, transitions, start=None, end=None, lengths=None
-) -> tuple[tf.Tensor, tf.Tensor]:
+def linear_chain_crf_marginals(unary, transitions, start=None, end=None, lengths=None):
     """Label and transition marginals of a linear-chain CRF (gradient of ``log Z``).
 
     Arguments as for :func:`linear_chain_crf_log_partition`.
@@ -161,43 +235,49 @@ def linear_chain_crf_marginals(
         >>> u.numpy()[0].tolist(), v.shape
         ([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]], TensorShape([1, 2, 2, 2]))
     """
-    unary, pairwise, start, end, lengths = _chain_inputs(unary, transitions, start, end, lengths)
-    with tf.GradientTape() as tape:
-        tape.watch([unary, pairwise])
-        log_z = _forward(unary, pairwise, start, end, lengths)
-    u, v = tape.gradient(log_z, [unary, pairwise], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    unary, pairwise, start, end, lengths, _ = _chain_inputs(unary, transitions, start, end, lengths)
+    u, v = _vjp(lambda unary, pairwise: _forward(unary, pairwise, start, end, lengths), [unary, pairwise])
     return u, v
 
 
-def _tree_inputs(scores, lengths):
-    scores = tf.convert_to_tensor(scores)
-    if scores.shape.rank != 3 or (
-        scores.shape[1] is not None and scores.shape[2] is not None and scores.shape[1] != scores.shape[2]
-    ):
+def _tree_scores(scores):
+    """``(batch, n + 1, n + 1)`` arc scores in their compute dtype, their shape checked."""
+    scores = ops.convert_to_tensor(scores)
+    if len(scores.shape) != 3 or None not in scores.shape[1:] and scores.shape[1] != scores.shape[2]:
         raise ValueError(
             "Arc scores must have shape (batch, n + 1, n + 1) [head, modifier] with index 0 the root. "
             f"Received: scores.shape={scores.shape}"
         )
-    scores = tf.cast(scores, compute_dtype(scores))
-    return scores, _checked_lengths(lengths, scores, tf.shape(scores)[1] - 1)
+    return ops.cast(scores, compute_dtype(scores))
+
+
+def _tree_lengths(scores, lengths):
+    """:func:`_checked_lengths` of trees: ``(lengths, valid)``, at most ``n`` words."""
+    return _checked_lengths(lengths, scores, ops.shape(scores)[1] - 1)
+
+
+def _tree_inputs(scores, lengths):
+    """``(scores, lengths)``, checked."""
+    scores = _tree_scores(scores)
+    return scores, _tree_lengths(scores, lengths)[0]
 
 
 def _log_sum(values, axis):
     """``log sum exp`` along ``axis``: ``-inf`` (zero gradient) where every term is ``-inf``."""
-    top = tf.stop_gradient(tf.reduce_max(values, axis=axis, keepdims=True))
-    top = tf.where(tf.math.is_finite(top), top, tf.zeros_like(top))
-    return _log_of(tf.reduce_sum(tf.exp(values - top), axis=axis), tf.squeeze(top, axis))
+    top = ops.stop_gradient(ops.max(values, axis=axis, keepdims=True))
+    top = ops.where(ops.isfinite(top), top, ops.zeros_like(top))
+    return _log_of(ops.sum(ops.exp(values - top), axis=axis), ops.squeeze(top, axis))
 
 
 def _log_add(a, b):
-    return _log_sum(tf.stack([a, b]), 0)
+    return _log_sum(ops.stack([a, b]), 0)
 
 
 def _log_of(values, log_scale):
     """``log(values) + log_scale`` of nonnegative ``values``, ``-inf`` (zero gradient) at zeros."""
     positive = values > 0
-    logs = tf.math.log(tf.where(positive, values, tf.ones_like(values))) + log_scale
-    return tf.where(positive, logs, tf.constant(-float("inf"), values.dtype))
+    logs = ops.log(ops.where(positive, values, ops.ones_like(values))) + log_scale
+    return ops.where(positive, logs, ops.full_like(values, -float("inf")))
 
 
 def _log_det_by_elimination(log_arcs, log_root, num_words):
@@ -210,106 +290,103 @@ def _log_det_by_elimination(log_arcs, log_root, num_words):
     (the update leaves those factors alone, and no column sum ever grows), and the
     root weights in the log domain, where they may fall far below the arcs.
     """
-    scale = tf.stop_gradient(tf.reduce_max(log_arcs, axis=1))
-    scale = tf.where(tf.math.is_finite(scale), scale, tf.zeros_like(scale))
-    arcs = tf.exp(log_arcs - scale[:, None, :])
-    self_loops = tf.eye(num_words, dtype=tf.bool)[None]
+    scale = ops.stop_gradient(ops.max(log_arcs, axis=1))
+    scale = ops.where(ops.isfinite(scale), scale, ops.zeros_like(scale))
+    arcs = ops.exp(log_arcs - scale[:, None, :])
+    words = ops.arange(num_words, dtype="int32")
+    self_loops = ops.equal(words[:, None], words[None, :])[None]
 
-    def eliminate(k, arcs, scale, log_root, log_det):
+    def eliminate(k, state):
+        arcs, scale, log_root, log_det = state
         into_k, out_of_k = arcs[:, :, k], arcs[:, k, :]
-        total = tf.reduce_sum(into_k, axis=1)
+        total = ops.sum(into_k, axis=1)
         pivot = _log_add(log_root[:, k], _log_of(total, scale[:, k]))
-        log_pivot = tf.where(tf.math.is_finite(pivot), pivot, tf.zeros_like(pivot))
+        log_pivot = ops.where(ops.isfinite(pivot), pivot, ops.zeros_like(pivot))
         # A^T e_k / p <= 1 (the column's largest arc is 1); with no arc into k there is nothing
         # to spread, and the guard keeps exp from overflowing (and NaN out of the gradient).
         arcs_in = total > 0
-        factor = tf.exp(tf.where(arcs_in, scale[:, k] - log_pivot, tf.zeros_like(pivot)))
-        factor = tf.where(arcs_in, factor, tf.zeros_like(factor))
+        factor = ops.exp(ops.where(arcs_in, scale[:, k] - log_pivot, ops.zeros_like(pivot)))
+        factor = ops.where(arcs_in, factor, ops.zeros_like(factor))
         arcs = arcs + (factor[:, None] * into_k)[:, :, None] * out_of_k[:, None, :]
         gain = (log_root[:, k] - log_pivot)[:, None] + _log_of(out_of_k, scale)
         log_root = _log_add(log_root, gain)
         # Word k is gone: no arcs into or out of it, and no self-loops; columns back to a max of 1.
-        gone = tf.range(num_words) == k
-        arcs = tf.where(gone[None, :, None] | gone[None, None, :] | self_loops, tf.zeros_like(arcs), arcs)
-        top = tf.stop_gradient(tf.reduce_max(arcs, axis=1))
-        top = tf.where(top > 0, top, tf.ones_like(top))
-        return k + 1, arcs / top[:, None, :], scale + tf.math.log(top), log_root, log_det + pivot
+        gone = ops.equal(words, k)
+        removed = gone[None, :, None] | gone[None, None, :] | self_loops
+        arcs = ops.where(removed, ops.zeros_like(arcs), arcs)
+        top = ops.stop_gradient(ops.max(arcs, axis=1))
+        top = ops.where(top > 0, top, ops.ones_like(top))
+        return arcs / top[:, None, :], scale + ops.log(top), log_root, log_det + pivot
 
-    return tf.while_loop(
-        lambda k, *_: k < num_words,
-        eliminate,
-        (tf.constant(0), arcs, scale, log_root, tf.zeros_like(log_root[:, 0])),
-        maximum_iterations=num_words,
-    )[-1]
+    return _fold(eliminate, (arcs, scale, log_root, ops.zeros_like(log_root[:, 0])), 0, num_words)[-1]
 
 
 def _eliminated_log_partition(scores, lengths, single_root):
-    """``log Z`` of arc-factored trees in pure TensorFlow, differentiable to any order.
+    """``log Z`` of arc-factored trees in ``keras.ops``, differentiable to any order.
 
     The path under XLA and for second derivatives: the same computation as
     :mod:`keras_structured.engine.matrix_tree` (whose docstring explains it), in the
-    input's dtype (float64 for ``single_root``), with ``log det`` of the Laplacian from
-    :func:`_log_det_by_elimination`.
+    input's dtype (float64 for ``single_root``, where the backend has it), with ``log det``
+    of the Laplacian from :func:`_log_det_by_elimination`.
     """
     result_dtype = scores.dtype
     # The single-root offset below is thousands of nats: float64 keeps the digits under it.
-    dtype = tf.float64 if single_root else result_dtype
-    scores = tf.cast(scores, dtype)
-    neg_inf = tf.constant(-float("inf"), dtype)
-    num_words = tf.shape(scores)[1] - 1
-    word = tf.range(num_words)[None, :] < lengths[:, None]  # (batch, n)
+    dtype = solver_dtype() if single_root else result_dtype
+    scores = ops.cast(scores, dtype)
+    neg_inf = -float("inf")
+    num_words = ops.shape(scores)[1] - 1
+    words = ops.arange(num_words, dtype="int32")
+    word = words[None, :] < lengths[:, None]  # (batch, n)
     # Arcs (head, modifier) between real words, head != modifier.
-    word_arcs = word[:, :, None] & word[:, None, :] & ~tf.eye(num_words, dtype=tf.bool)[None]
-    log_arcs = tf.where(word_arcs, scores[:, 1:, 1:], neg_inf)
+    word_arcs = word[:, :, None] & word[:, None, :] & ops.not_equal(words[:, None], words[None, :])[None]
+    log_arcs = ops.where(word_arcs, scores[:, 1:, 1:], neg_inf)
     # Padded words are isolated, with root weight 1: pivots of 1 that leave det L alone.
-    log_root = tf.where(word, scores[:, 0, 1:], tf.zeros_like(scores[:, 0, 1:]))
-    offset = tf.zeros_like(log_root[:, 0])
+    log_root = ops.where(word, scores[:, 0, 1:], ops.zeros_like(scores[:, 0, 1:]))
+    offset = ops.zeros_like(log_root[:, 0])
     if single_root:
         # Root weights scaled by a vanishing t = exp(offset): see matrix_tree._sentence_laplacian.
-        candidates = tf.concat([log_arcs, tf.where(word, log_root, neg_inf)[:, None, :]], axis=1)
-        high = tf.reduce_max(candidates, [1, 2])  # forbidden and padded arcs are -inf
-        low = tf.reduce_min(tf.where(candidates > neg_inf, candidates, -neg_inf), [1, 2])
-        n = tf.cast(lengths, dtype)
-        spread = tf.where(n > 0, high - low, tf.zeros_like(n))
-        offset = tf.stop_gradient(-(n + 1.0) * tf.math.log(n + 1.0) - n * spread - 40.0)
-        offset = tf.where(n > 0, offset, tf.zeros_like(offset))
-        log_root = tf.where(word, log_root + offset[:, None], log_root)
-        floor = tf.stop_gradient(tf.where(n > 0, n * low - 20.0, tf.fill(tf.shape(n), neg_inf)))
+        candidates = ops.concatenate([log_arcs, ops.where(word, log_root, neg_inf)[:, None, :]], axis=1)
+        high = ops.max(candidates, axis=(1, 2))  # forbidden and padded arcs are -inf
+        low = ops.min(ops.where(candidates > neg_inf, candidates, -neg_inf), axis=(1, 2))
+        n = ops.cast(lengths, dtype)
+        spread = ops.where(n > 0, high - low, ops.zeros_like(n))
+        offset = ops.stop_gradient(-(n + 1.0) * ops.log(n + 1.0) - n * spread - 40.0)
+        offset = ops.where(n > 0, offset, ops.zeros_like(offset))
+        log_root = ops.where(word, log_root + offset[:, None], log_root)
+        floor = ops.stop_gradient(ops.where(n > 0, n * low - 20.0, ops.full_like(n, neg_inf)))
 
     log_det = _log_det_by_elimination(log_arcs, log_root, num_words)
     log_z = log_det - offset
     if single_root:
-        log_z = tf.where(log_z > floor, log_z, neg_inf)
-    return tf.cast(log_z, result_dtype)
+        log_z = ops.where(log_z > floor, log_z, ops.full_like(log_z, neg_inf))
+    return ops.cast(log_z, result_dtype)
 
 
 def _eliminated_marginals(scores, lengths, single_root):
     """Marginals by automatic differentiation of :func:`_eliminated_log_partition`."""
-    with tf.GradientTape() as tape:
-        tape.watch(scores)
-        log_z = _eliminated_log_partition(scores, lengths, single_root)
-    return tape.gradient(log_z, scores, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return _vjp(lambda scores: _eliminated_log_partition(scores, lengths, single_root), [scores])[0]
 
 
 def _with_second_derivatives(marginals, scores, lengths, single_root):
     """``marginals`` (the compiled kernel's, for ``scores``) with a gradient: the second
     derivatives of ``log Z``, by automatic differentiation of :func:`_eliminated_marginals`."""
 
-    @tf.custom_gradient
-    def attach(scores):
-        def grad(upstream):
-            with tf.GradientTape() as tape:
-                tape.watch(scores)
-                mu = _eliminated_marginals(scores, lengths, single_root)
-            return tape.gradient(mu, scores, output_gradients=upstream)
+    # Every tensor an argument: JAX's custom gradients cannot close over the tracers of jax.jit.
+    @ops.custom_gradient
+    def attach(scores, marginals, lengths):
+        def grad(*args, upstream=None):
+            # TensorFlow and JAX call grad(upstream); PyTorch grad(*inputs, upstream=upstream).
+            upstream = args[0] if upstream is None else upstream
+            marginals_of = lambda s: _eliminated_marginals(s, lengths, single_root)  # noqa: E731
+            return _vjp(marginals_of, [scores], upstream)[0], None, None
 
-        return tf.identity(marginals), grad
+        return ops.copy(marginals), grad
 
-    return attach(scores)
+    return attach(scores, marginals, lengths)
 
 
 def _factorize(scores, lengths, single_root):
-    """:func:`keras_structured.engine.matrix_tree.factorize` on ``scores`` (in float64)."""
+    """:func:`keras_structured.engine.matrix_tree.factorize` on ``scores`` (in float64), on TensorFlow."""
     outputs = tf.numpy_function(
         lambda scores, lengths: matrix_tree.factorize(scores, lengths, single_root),
         [tf.cast(scores, tf.float64), lengths],
@@ -330,25 +407,54 @@ def _marginals_from_factors(factors, scores, lengths, single_root):
     return _with_second_derivatives(tf.cast(marginals, scores.dtype), scores, lengths, single_root)
 
 
+def _on_host(scores, lengths, single_root):
+    """``(log Z, marginals)`` by the host call of JAX and PyTorch, in ``scores``' dtype, without
+    gradient (the scores reach it through ``stop_gradient``: JAX would otherwise look for a
+    derivative of the callback when differentiating twice)."""
+    wide = ops.cast(ops.stop_gradient(scores), solver_dtype())
+    log_z, marginals = tree_crf_on_host(wide, lengths, single_root, True)
+    return ops.cast(log_z, scores.dtype), ops.cast(marginals, scores.dtype)
+
+
 def _tree_log_partition(scores, lengths, single_root):
     """``log Z`` by the compiled kernel with the marginals as its gradient, or under XLA by
-    :func:`_eliminated_log_partition`."""
+    :func:`_eliminated_log_partition`.
+
+    On TensorFlow the forward call keeps the kernel's factors for the backward one, which
+    computes the marginals; on JAX and PyTorch, whose host calls return arrays of static
+    shapes, the forward call returns the marginals at once.
+    """
     if _in_xla_context():
         return _eliminated_log_partition(scores, lengths, single_root)
+    if keras.backend.backend() == "tensorflow":
 
-    @tf.custom_gradient
-    def log_partition(scores):
-        factors = _factorize(scores, lengths, single_root)
+        @tf.custom_gradient
+        def log_partition(scores):
+            factors = _factorize(scores, lengths, single_root)
 
-        def grad(upstream):
-            return upstream[:, None, None] * _marginals_from_factors(factors, scores, lengths, single_root)
+            def grad(upstream):
+                marginals = _marginals_from_factors(factors, scores, lengths, single_root)
+                return upstream[:, None, None] * marginals
 
-        return tf.cast(factors[0], scores.dtype), grad
+            return tf.cast(factors[0], scores.dtype), grad
 
-    return log_partition(scores)
+        return log_partition(scores)
+
+    @ops.custom_gradient
+    def log_partition(scores, lengths):
+        log_z, marginals = _on_host(scores, lengths, single_root)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            marginals_with_gradient = _with_second_derivatives(marginals, scores, lengths, single_root)
+            return upstream[:, None, None] * marginals_with_gradient, None
+
+        return log_z, grad
+
+    return log_partition(scores, lengths)
 
 
-def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> tf.Tensor:
+def tree_crf_log_partition(scores, lengths=None, single_root: bool = False):
     """Log-partition function of an arc-factored non-projective dependency-tree CRF.
 
     Computes ``log Z = log sum_T exp(sum_{(h, m) in T} scores[h, m])`` over all
@@ -368,14 +474,16 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
     ``single_root`` counts the trees with one root child as the first-order term
     of ``Z`` in a vanishing scale of the root weights. Padded words are left out.
 
-    A compiled kernel computes it in float64 whatever the input dtype, in ``O(n^3)``
-    time and ``O(n^2)`` memory per sentence; its gradient (the marginals, see
+    A compiled kernel computes it on the host in float64 whatever the input dtype, in
+    ``O(n^3)`` time and ``O(n^2)`` memory per sentence; its gradient (the marginals, see
     :func:`tree_crf_marginals`) comes from a hand-written backward pass of the
     elimination, accurate to about ``1e-12`` for any scores
-    (:mod:`keras_structured.engine.matrix_tree`). Inside
-    ``tf.function(jit_compile=True)`` the same elimination runs in pure TensorFlow
-    instead (XLA cannot call the kernel), in the input's dtype: slower, and its
-    gradient stores every step (``O(n^3)`` memory).
+    (:mod:`keras_structured.engine.matrix_tree`). On TensorFlow the backward call computes
+    the marginals from the factors the forward call kept; on JAX and PyTorch (host calls
+    of static shapes) the forward call computes them too, also when no gradient follows.
+    Inside ``tf.function(jit_compile=True)`` the same elimination runs in ``keras.ops``
+    instead (XLA cannot call the kernel), in the input's dtype: slower, and its gradient
+    stores every step (``O(n^3)`` memory).
 
     Args:
         scores: ``(batch, n + 1, n + 1)`` arc scores ``[head, modifier]``; index 0 is
@@ -390,8 +498,10 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
 
     Raises:
         ValueError: at trace time, for shapes that do not fit, or lengths of a
-            non-integer dtype.
-        tf.errors.InvalidArgumentError: at run time, for lengths outside ``[0, n]``.
+            non-integer dtype; on JAX and PyTorch also for lengths outside ``[0, n]``
+            when their values are known (elsewhere their ``log Z`` is NaN).
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time, for lengths outside
+            ``[0, n]``.
 
     Example:
         >>> # Two words with zero scores: 3 multi-root trees, 2 single-root ones.
@@ -401,15 +511,17 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False) -> t
         >>> round(float(tf.exp(tree_crf_log_partition(scores, single_root=True)[0])), 4)
         2.0
     """
-    return _tree_log_partition(*_tree_inputs(scores, lengths), single_root)
+    scores = _tree_scores(scores)
+    lengths, valid = _tree_lengths(scores, lengths)
+    return _nan_where_invalid(_tree_log_partition(scores, lengths, single_root), valid)
 
 
-def tree_crf_marginals(scores, lengths=None, single_root: bool = False) -> tf.Tensor:
+def tree_crf_marginals(scores, lengths=None, single_root: bool = False):
     """Arc marginals ``p((h, m) in T)`` of a dependency-tree CRF (gradient of ``log Z``).
 
     Arguments as for :func:`tree_crf_log_partition`. The marginals are differentiable:
     their gradient (second derivatives of ``log Z``) is taken by automatic
-    differentiation of the pure-TensorFlow elimination.
+    differentiation of the elimination written in ``keras.ops``.
 
     Returns:
         ``(batch, n + 1, n + 1)`` arc marginals ``[head, modifier]``; every real
@@ -423,4 +535,6 @@ def tree_crf_marginals(scores, lengths=None, single_root: bool = False) -> tf.Te
     scores, lengths = _tree_inputs(scores, lengths)
     if _in_xla_context():
         return _eliminated_marginals(scores, lengths, single_root)
-    return _marginals_from_factors(_factorize(scores, lengths, single_root), scores, lengths, single_root)
+    if keras.backend.backend() == "tensorflow":
+        return _marginals_from_factors(_factorize(scores, lengths, single_root), scores, lengths, single_root)
+    return _with_second_derivatives(_on_host(scores, lengths, single_root)[1], scores, lengths, single_root)

@@ -1,20 +1,37 @@
-"""Dtype helpers shared by the ops."""
+"""Dtype helpers shared by the ops, in ``keras.ops``: the same on every backend."""
 
 from __future__ import annotations
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 
-def compute_dtype(x: tf.Tensor) -> tf.DType:
-    """float32 for half-precision inputs (solvers need the range), else x's dtype."""
-    if x.dtype in (tf.float16, tf.bfloat16):
-        return tf.float32
-    if not x.dtype.is_floating:
-        raise TypeError(f"Expected a floating-point tensor. Received: dtype={x.dtype.name}")
-    return x.dtype
+def compute_dtype(x) -> str:
+    """The dtype to compute in: float32 for half-precision inputs (solvers and projections need
+    the range), else x's dtype.
+
+    Args:
+        x: a tensor (anything with a ``dtype``) of a floating-point dtype.
+
+    Returns:
+        The dtype's name, e.g. ``"float32"``.
+
+    Raises:
+        TypeError: for a dtype that is not floating-point.
+
+    Example:
+        >>> compute_dtype(keras.ops.ones((2,), "float16")), compute_dtype(np.zeros(2))
+        ('float32', 'float64')
+    """
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if dtype in ("float16", "bfloat16"):
+        return "float32"
+    if not keras.backend.is_float_dtype(dtype):
+        raise TypeError(f"Expected a floating-point tensor. Received: dtype={dtype}")
+    return dtype
 
 
-def integer_lengths(lengths, dtype: tf.DType = tf.int32) -> tf.Tensor:
+def integer_lengths(lengths, dtype="int32"):
     """``lengths`` as a ``dtype`` tensor, refused at trace time unless of an integer dtype.
 
     Casting fractional lengths would truncate them silently (``2.5`` positions becomes 2),
@@ -32,14 +49,15 @@ def integer_lengths(lengths, dtype: tf.DType = tf.int32) -> tf.Tensor:
         ValueError: for lengths whose dtype is not an integer dtype.
 
     Example:
-        >>> integer_lengths([3, 2]).numpy()
+        >>> keras.ops.convert_to_numpy(integer_lengths([3, 2]))
         array([3, 2], dtype=int32)
     """
-    lengths = tf.convert_to_tensor(lengths)
-    if not lengths.dtype.is_integer:
+    lengths = ops.convert_to_tensor(lengths)
+    received = keras.backend.standardize_dtype(lengths.dtype)
+    if "int" not in received:
         raise ValueError(
             "lengths must have an integer dtype: whole numbers of positions, not truncated. Cast them "
-            "with tf.cast(lengths, 'int32') if their values are whole, or declare "
-            f"keras.Input(shape=(), dtype='int32'). Received: lengths.dtype={lengths.dtype.name}"
+            "with keras.ops.cast(lengths, 'int32') if their values are whole, or declare "
+            f"keras.Input(shape=(), dtype='int32'). Received: lengths.dtype={received}"
         )
-    return tf.cast(lengths, dtype)
+    return ops.cast(lengths, dtype)

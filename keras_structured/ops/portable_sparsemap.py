@@ -3,9 +3,12 @@
 :func:`keras_structured.sparsemap` and :func:`keras_structured.sparsemap_sequence` call
 these functions when Keras runs on another backend than TensorFlow (the TensorFlow path
 keeps its own, which also handles the unknown dimensions of graph mode). The checks and
-errors are the same; the solve is :func:`keras_structured.ops.host_call.solve`. Shapes are
-static here: JAX traces with concrete shapes, and PyTorch runs eagerly or traces with
-its own symbolic sizes.
+errors are the same; the solve is :func:`keras_structured.ops.host_call.solve`, MAP
+decoding :func:`keras_structured.ops.host_call.decode`. Shapes are static here: JAX traces
+with concrete shapes, and PyTorch runs eagerly or traces with its own symbolic sizes. The
+solver info (``return_info``) holds as many structures per example as the batch's largest
+support in eager calls; under ``jax.jit`` (and other JAX transformations) and
+``torch.compile`` it is padded to :func:`keras_structured.ops.host_call.max_support`.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ def integer_lengths(lengths, dtype: str = "int32"):
     return ops.cast(lengths, dtype)
 
 
-def sparsemap(structure: Structure, eta_u, eta_v, lengths, options: SolverOptions, return_info: bool):
-    """:func:`keras_structured.sparsemap` after its options are resolved: ``(u, v)``."""
+def _prepare_scores(structure: Structure, eta_u, eta_v, lengths) -> tuple:
+    """Validated ``(eta_u, scores_u, scores_v, lengths)``: the scores in :func:`solver_dtype`
+    (a missing ``eta_v`` as zeros of the structure's higher-order shape), the lengths int32."""
     eta_u = ops.convert_to_tensor(eta_u)
     _check_rank("eta_u", eta_u, 2)
     _check_float(eta_u)
@@ -89,9 +93,39 @@ def sparsemap(structure: Structure, eta_u, eta_v, lengths, options: SolverOption
         )
     if lengths is not None:
         lengths = integer_lengths(lengths)
-    scores_u, scores_v = ops.cast(eta_u, wide), ops.cast(eta_v, wide)
-    u, v = host_call.solve(structure, options, scores_u, scores_v, lengths, info=return_info)
-    return ops.cast(u, eta_u.dtype), ops.cast(v, eta_u.dtype)
+    return eta_u, ops.cast(eta_u, wide), ops.cast(eta_v, wide), lengths
+
+
+#: The keys of the info dict of :func:`keras_structured.sparsemap`, in the order of the
+#: info arrays of :func:`keras_structured.ops.host_call.solve`.
+INFO_KEYS = ("weights", "structures", "gap", "map_calls", "converged")
+
+
+def _info_in(info: dict, dtype: str) -> dict:
+    """``info`` with its float arrays (weights, gap) in the compute dtype of ``dtype``
+    scores (float32 for half precision), as on TensorFlow."""
+    dtype = "float32" if dtype in ("float16", "bfloat16") else dtype
+    return {
+        key: ops.cast(value, dtype) if key in ("weights", "gap") else value for key, value in info.items()
+    }
+
+
+def sparsemap(structure: Structure, eta_u, eta_v, lengths, options: SolverOptions, return_info: bool):
+    """:func:`keras_structured.sparsemap` after its options are resolved: ``(u, v)``, then the
+    info dict when ``return_info``."""
+    eta_u, scores_u, scores_v, lengths = _prepare_scores(structure, eta_u, eta_v, lengths)
+    outputs = host_call.solve(structure, options, scores_u, scores_v, lengths, info=return_info)
+    u, v = ops.cast(outputs[0], eta_u.dtype), ops.cast(outputs[1], eta_u.dtype)
+    if not return_info:
+        return u, v
+    return u, v, _info_in(dict(zip(INFO_KEYS, outputs[2:], strict=True)), _dtype(eta_u))
+
+
+def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None) -> tuple:
+    """:func:`keras_structured.map_decode` in ``keras.ops``: ``(codes, m, n)``."""
+    eta_u, scores_u, scores_v, lengths = _prepare_scores(structure, eta_u, eta_v, lengths)
+    codes, m, n = host_call.decode(structure, scores_u, scores_v, lengths)
+    return codes, ops.cast(m, eta_u.dtype), ops.cast(n, eta_u.dtype)
 
 
 def add_boundary_scores(unary, start=None, end=None, lengths=None):
@@ -115,7 +149,8 @@ def add_boundary_scores(unary, start=None, end=None, lengths=None):
 
 
 def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, **kwargs):
-    """:func:`keras_structured.sparsemap_sequence` in ``keras.ops``: ``(u, v)``."""
+    """:func:`keras_structured.sparsemap_sequence` in ``keras.ops``: ``(u, v)``, then the info
+    dict with ``return_info=True``."""
     from keras_structured.ops.sparsemap_op import sparsemap as sparsemap_op
 
     unary = ops.convert_to_tensor(unary)
@@ -139,4 +174,7 @@ def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, *
     pairwise = ops.broadcast_to(transitions, (batch, max(n - 1, 0), num_labels, num_labels))
     unary = add_boundary_scores(unary, start, end, lengths)
     outputs = sparsemap_op(_SEQUENCE, unary, pairwise, lengths=lengths, **kwargs)
-    return tuple(ops.cast(marginals, dtype) for marginals in outputs[:2])
+    u, v = (ops.cast(marginals, dtype) for marginals in outputs[:2])
+    if len(outputs) == 2:
+        return u, v
+    return u, v, _info_in(outputs[2], keras.backend.standardize_dtype(dtype))

@@ -9,17 +9,20 @@ structure itself reads this layout
 scores have no place of their own: :func:`add_boundary_scores` adds them to the first
 and last unary scores. The layer :class:`keras_structured.SequenceScores` owns
 transition and boundary weights and returns this layout.
+
+Written with ``keras.ops``, for every backend; on TensorFlow the batch and sequence
+dimensions may also be unknown until run time (``tf.function`` with an ``input_signature``).
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.engine.sequence import SequenceStructure
 from keras_structured.ops.dtypes import integer_lengths
 
 
-def pack_sequence_scores(unary, transitions) -> tf.Tensor:
+def pack_sequence_scores(unary, transitions):
     """Pack ``unary`` ``(batch, n, K)`` and transitions into ``(batch, n, K, K + 1)``.
 
     Args:
@@ -27,26 +30,30 @@ def pack_sequence_scores(unary, transitions) -> tf.Tensor:
         transitions: ``(K, K)``, ``(batch, K, K)`` or ``(batch, n - 1, K, K)``.
 
     Returns:
-        The packed scores.
+        The packed scores, in the dtype of ``unary``.
+
+    Raises:
+        ValueError: for unary scores of a rank other than 3.
 
     Example:
-        >>> pack_sequence_scores(tf.zeros([2, 5, 3]), tf.ones([3, 3])).shape
+        >>> import keras
+        >>> pack_sequence_scores(keras.ops.zeros((2, 5, 3)), keras.ops.ones((3, 3))).shape
         TensorShape([2, 5, 3, 4])
     """
-    unary = tf.convert_to_tensor(unary)
-    transitions = tf.cast(tf.convert_to_tensor(transitions), unary.dtype)
-    if unary.shape.rank != 3:
+    unary = ops.convert_to_tensor(unary)
+    transitions = ops.cast(ops.convert_to_tensor(transitions), unary.dtype)
+    if len(unary.shape) != 3:
         raise ValueError(f"unary must have shape (batch, n, K). Received: unary.shape={unary.shape}")
-    if transitions.shape.rank == 3:
+    if len(transitions.shape) == 3:
         transitions = transitions[:, None]
-    if transitions.shape.rank == 4 and transitions.shape[1] != 1:
-        transitions = tf.pad(transitions, [[0, 0], [0, 1], [0, 0], [0, 0]])
-    shape = tf.shape(unary)
-    pairwise = tf.broadcast_to(transitions, [shape[0], shape[1], shape[2], shape[2]])
-    return tf.concat([unary[..., None], pairwise], axis=-1)
+    if len(transitions.shape) == 4 and transitions.shape[1] != 1:
+        transitions = ops.pad(transitions, [[0, 0], [0, 1], [0, 0], [0, 0]])
+    batch, n, num_labels = ops.shape(unary)
+    pairwise = ops.broadcast_to(transitions, (batch, n, num_labels, num_labels))
+    return ops.concatenate([unary[..., None], pairwise], axis=-1)
 
 
-def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
+def add_boundary_scores(unary, start=None, end=None, lengths=None):
     """``unary`` with ``start`` added at the first position and ``end`` at the last.
 
     A label sequence's score counts ``start[y_0]`` and ``end[y_last]`` this way, so
@@ -67,39 +74,43 @@ def add_boundary_scores(unary, start=None, end=None, lengths=None) -> tf.Tensor:
             or lengths of a dtype other than an integer one.
 
     Example:
-        >>> add_boundary_scores(tf.zeros([1, 3, 2]), end=[1.0, 2.0], lengths=[2]).numpy()[0]
+        >>> import keras
+        >>> unary = add_boundary_scores(keras.ops.zeros((1, 3, 2)), end=[1.0, 2.0], lengths=[2])
+        >>> keras.ops.convert_to_numpy(unary)[0]
         array([[0., 0.],
                [1., 2.],
                [0., 0.]], dtype=float32)
     """
-    unary = tf.convert_to_tensor(unary)
+    unary = ops.convert_to_tensor(unary)
     num_labels = unary.shape[-1]
-    shape = tf.shape(unary)
-    last = shape[1] - 1 if lengths is None else integer_lengths(lengths) - 1
+    n = ops.shape(unary)[1]
+    last = n - 1 if lengths is None else integer_lengths(lengths) - 1
+    positions = ops.arange(n, dtype="int32")
     for scores, position in ((start, 0), (end, last)):
         if scores is None:
             continue
-        scores = tf.cast(tf.convert_to_tensor(scores), unary.dtype)
-        if scores.shape.rank not in (1, 2) or not scores.shape[-1:].is_compatible_with([num_labels]):
+        scores = ops.cast(ops.convert_to_tensor(scores), unary.dtype)
+        size = scores.shape[-1] if len(scores.shape) in (1, 2) else -1
+        if size == -1 or None not in (size, num_labels) and size != num_labels:
             raise ValueError(
                 f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
                 f"Received: shape={scores.shape}"
             )
-        at_position = tf.one_hot(position, shape[1], dtype=unary.dtype)
-        at_position = tf.reshape(at_position, [-1, shape[1], 1])
-        unary = unary + tf.reshape(scores, tf.stack([-1, 1, shape[2]])) * at_position
+        at_position = ops.cast(ops.equal(positions, ops.reshape(position, (-1, 1))), unary.dtype)
+        unary = unary + ops.reshape(scores, (-1, 1, ops.shape(unary)[2])) * at_position[..., None]
     return unary
 
 
-def unpack_sequence_scores(packed) -> tuple[tf.Tensor, tf.Tensor]:
+def unpack_sequence_scores(packed):
     """Inverse of :func:`pack_sequence_scores`: ``(unary, pairwise (batch, n - 1, K, K))``.
 
     The layout is :meth:`keras_structured.engine.SequenceStructure.split_scores`, which
     this calls; it raises ``ValueError`` unless ``packed`` is ``(batch, n, K, K + 1)``.
 
     Example:
-        >>> unary, pairwise = unpack_sequence_scores(tf.zeros([2, 5, 3, 4]))
+        >>> import keras
+        >>> unary, pairwise = unpack_sequence_scores(keras.ops.zeros((2, 5, 3, 4)))
         >>> unary.shape, pairwise.shape
         (TensorShape([2, 5, 3]), TensorShape([2, 4, 3, 3]))
     """
-    return SequenceStructure().split_scores(tf.convert_to_tensor(packed))
+    return SequenceStructure().split_scores(ops.convert_to_tensor(packed))

@@ -11,8 +11,9 @@ backward pass is the closed-form Jacobian of Niculae et al. (2018, Prop. 1) buil
 the final active set, applied by one compiled (numba) call per batch. This module
 prepares the scores with TensorFlow; on the other backends :func:`sparsemap` and
 :func:`sparsemap_sequence` hand them to :mod:`keras_structured.ops.portable_sparsemap`,
-which does the same with ``keras.ops`` (``return_info`` is TensorFlow-only there: its
-sizes depend on the data).
+which does the same with ``keras.ops`` (there ``return_info``'s number of structures,
+which depends on the data, is padded to a static bound under ``jax.jit`` and
+``torch.compile``).
 
 Whatever the input dtype, the op works in float64 inside: the solver, the Jacobian
 factors it returns and every product with them; the results and the gradients are cast
@@ -31,7 +32,7 @@ from keras_structured.engine.options import resolve_options
 from keras_structured.ops import host_call, portable_sparsemap
 from keras_structured.ops.dtypes import compute_dtype, integer_lengths
 from keras_structured.ops.host_call._tf import SOLVER_DTYPE, flatten_examples
-from keras_structured.ops.invalid_scores import InvalidScoresError, raising_invalid_scores
+from keras_structured.ops.invalid_inputs import InvalidScoresError, raising_invalid_scores
 from keras_structured.ops.sequence_scores import add_boundary_scores
 from keras_structured.ops.xla import OP_FIX, refuse_xla
 
@@ -132,8 +133,13 @@ def sparsemap(
             always approximate.
         return_info: also return a dict with ``weights`` ``(batch, k)``,
             ``structures`` (codes, padded with -1), ``gap``, ``map_calls`` and
-            ``converged``; it carries no gradient. TensorFlow backend only (``k``
-            depends on the data; a ``ValueError`` on the others).
+            ``converged``; it carries no gradient. ``k`` is the batch's largest
+            support; under JAX transformations (``jax.jit``, hence the Keras JAX
+            trainer's steps, ``jax.grad``, ``jax.vmap``) and ``torch.compile``, which
+            need static shapes, it is the bound
+            :func:`keras_structured.ops.host_call.max_support` (``prod(u_shape) + 1``
+            for the active set, ``max_iter + 1`` for Frank-Wolfe). On JAX without
+            64-bit types the codes are int32.
 
     Returns:
         ``(u, v)`` with the shapes and dtype of ``(eta_u, eta_v)``, plus the info

@@ -14,7 +14,8 @@ import weakref
 import keras
 from keras import ops
 
-from keras_structured.ops.runtime_checks import checked
+from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.invalid_inputs import checked
 
 # Masked scores are placed this far below the maximum: anything more than 1 below
 # it is outside the support, so masked entries never enter it.
@@ -41,16 +42,6 @@ def _static_shape(x) -> tuple | None:
         return tuple(x.shape)
     except ValueError:  # a TensorFlow tensor of unknown rank
         return None
-
-
-def compute_dtype(x) -> str:
-    """float32 for half-precision inputs (the projection needs the range), else x's dtype."""
-    dtype = keras.backend.standardize_dtype(x.dtype)
-    if dtype in ("float16", "bfloat16"):
-        return "float32"
-    if not keras.backend.is_float_dtype(dtype):
-        raise TypeError(f"Expected a floating-point tensor. Received: dtype={dtype}")
-    return dtype
 
 
 def _cumsum_last_axis(x):

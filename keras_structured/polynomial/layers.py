@@ -2,14 +2,15 @@
 
 Both share a basis ``H`` (``k x d``, the hidden units) across outputs and give output ``c`` a
 low-rank interaction matrix ``W_c = H^T diag(v_c) H`` (Blondel et al., "Multi-output Polynomial
-Networks and Factorization Machines", 2017). The maths lives in :mod:`._ops`; the layers store
-arguments and weights and delegate.
+Networks and Factorization Machines", 2017). The maths lives in :mod:`._ops`, in ``keras.ops``;
+the layers store arguments and weights and delegate. They run on every Keras backend; sparse
+inputs are ``tf.SparseTensor`` on TensorFlow and ``jax.experimental.sparse.BCOO`` on JAX.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.polynomial import _ops
 from keras_structured.validation import check_integer
@@ -41,8 +42,10 @@ class _SharedBasisLayer(keras.layers.Layer):
         self.supports_masking = True
 
     def __call__(self, inputs, *args, **kwargs):
-        if isinstance(inputs, tf.SparseTensor) or getattr(inputs, "sparse", False):
+        sparse = _ops.is_sparse(inputs) or getattr(inputs, "sparse", False)
+        if sparse and keras.backend.backend() == "tensorflow":
             # XLA has no kernel for sparse-dense matmul: models fed sparse inputs must not jit-compile.
+            # (jax.jit compiles JAX's sparse arrays.)
             self.supports_jit = False
         return super().__call__(inputs, *args, **kwargs)
 
@@ -83,13 +86,13 @@ class _SharedBasisLayer(keras.layers.Layer):
         }
         return {**initializers, **regularizers}
 
-    def _cast_inputs(self, inputs) -> _ops.Inputs:
-        if isinstance(inputs, tf.SparseTensor) and inputs.shape.rank != 2:
+    def _cast_inputs(self, inputs):
+        if _ops.is_sparse(inputs) and len(inputs.shape) != 2:
             raise ValueError(
                 f"{type(self).__name__} takes sparse inputs of shape (batch, d) only. "
                 f"Received: shape={inputs.shape}"
             )
-        return tf.cast(inputs, self.compute_dtype)
+        return ops.cast(inputs, self.compute_dtype)
 
     def compute_output_shape(self, input_shape) -> tuple:
         return tuple(input_shape[:-1]) + (self.units,)
@@ -123,10 +126,12 @@ class PolynomialNetwork(_SharedBasisLayer):
         **kwargs: base layer arguments (``name``, ``dtype``, ...).
 
     Call arguments:
-        inputs: dense tensor ``(batch, ..., d)`` or ``tf.SparseTensor`` ``(batch, d)``. XLA has
-            no sparse matmul: a functional model fed sparse inputs is never jit-compiled; compile
-            a subclassed one with ``jit_compile=False``. A Keras mask on the leading axes
-            (e.g. padded sequences) is passed on unchanged, as by ``Dense``.
+        inputs: dense tensor ``(batch, ..., d)``, or a sparse one ``(batch, d)``: a
+            ``tf.SparseTensor`` on TensorFlow, a ``jax.experimental.sparse.BCOO`` on JAX (PyTorch
+            takes dense inputs only). TensorFlow's XLA has no sparse matmul: there a functional
+            model fed sparse inputs is never jit-compiled; compile a subclassed one with
+            ``jit_compile=False``. A Keras mask on the leading axes (e.g. padded sequences) is
+            passed on unchanged, as by ``Dense``.
 
     Returns:
         Tensor ``(batch, ..., units)`` of ``o_c(x)``, in the layer's compute dtype.
@@ -140,7 +145,7 @@ class PolynomialNetwork(_SharedBasisLayer):
         >>> layer = PolynomialNetwork(units=2, rank=1)
         >>> layer.build((None, 2))
         >>> layer.set_weights([np.array([[1.0, 2.0]]), np.array([[1.0, -1.0]])])
-        >>> layer(np.array([[1.0, 1.0]])).numpy()  # (1 + 2)^2 times (1, -1)
+        >>> keras.ops.convert_to_numpy(layer(np.array([[1.0, 1.0]])))  # (1 + 2)^2 times (1, -1)
         array([[ 9., -9.]], dtype=float32)
     """
 
@@ -169,7 +174,7 @@ class PolynomialNetwork(_SharedBasisLayer):
     def _basis_dim(self, input_dim: int) -> int:
         return input_dim + 1 if self.augment else input_dim
 
-    def call(self, inputs) -> tf.Tensor:
+    def call(self, inputs):
         return _ops.polynomial_network(
             self._cast_inputs(inputs), self.basis, self.output_weights, augment=self.augment
         )
@@ -215,7 +220,7 @@ class FactorizationMachine(_SharedBasisLayer):
         >>> basis, output_weights = np.array([[1.0, 2.0, 3.0]]), np.array([[1.0]])
         >>> kernel, bias = np.array([[1.0], [0.0], [0.0]]), np.array([0.5])
         >>> layer.set_weights([basis, output_weights, kernel, bias])
-        >>> layer(np.ones((1, 3))).numpy()  # (1*2 + 1*3 + 2*3) + 1 + 0.5
+        >>> keras.ops.convert_to_numpy(layer(np.ones((1, 3))))  # (1*2 + 1*3 + 2*3) + 1 + 0.5
         array([[12.5]], dtype=float32)
     """
 
@@ -258,7 +263,7 @@ class FactorizationMachine(_SharedBasisLayer):
         if self.use_bias:
             self.bias = self._add_weight("bias", (self.units,), "bias")
 
-    def call(self, inputs) -> tf.Tensor:
+    def call(self, inputs):
         return _ops.factorization_machine(
             self._cast_inputs(inputs), self.basis, self.output_weights, kernel=self.kernel, bias=self.bias
         )

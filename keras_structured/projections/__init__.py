@@ -7,6 +7,10 @@ Constraints declare their input space (``Constraint.input_space``: points, proba
 or logits) and accept tensor bounds (one for the batch, or one per row).
 :func:`project_categorical` and :func:`project_gaussian` project policies onto an entropy
 bound and a KL trust region, entropy first (:mod:`keras_structured.projections.policy`).
+
+Written with ``keras.ops``: the constraints, the projections and both layers run on TensorFlow,
+JAX and PyTorch. The solvers :func:`minimize` and :func:`projected_interpolation_descent` run
+on TensorFlow only.
 """
 
 from keras_structured.projections.categorical import EntropyLowerBound, KLTrustRegion, entropy, kl_divergence

@@ -13,8 +13,9 @@ import math
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from keras_structured.projections._tensors import broadcast_like, xlogy
 from keras_structured.projections.constraints import (
     LOGITS,
     PROBABILITIES,
@@ -27,29 +28,38 @@ from keras_structured.projections.constraints import (
 )
 
 
-def entropy(probs: tf.Tensor) -> tf.Tensor:
-    """Shannon entropy (nats) over the last axis, ``0 log 0 = 0``, NaN-free gradient at 0."""
-    return -tf.reduce_sum(tf.math.xlogy(probs, probs), axis=-1)
+def entropy(probs):
+    """Shannon entropy (nats) over the last axis, ``0 log 0 = 0``, NaN-free gradient at 0.
+
+    Example:
+        >>> round(float(entropy(np.array([[0.5, 0.5, 0.0]]))[0]), 6)  # log 2
+        0.693147
+    """
+    probs = ops.convert_to_tensor(probs)
+    return -ops.sum(xlogy(probs, probs), axis=-1)
 
 
-def kl_divergence(p: tf.Tensor, q: tf.Tensor) -> tf.Tensor:
+def kl_divergence(p, q):
     """``KL(p || q) = sum p (log p - log q)`` over the last axis, ``0 log 0 = 0``.
 
     It is ``+inf`` on rows where some ``p_i > 0 = q_i`` (e.g. a one-hot ``q``, or the
     softmax of logits whose gap underflows ``exp``: about 104 in float32, 745 in
     float64). There the gradient is zero, not NaN: ``log q_i`` is evaluated at a safe
-    ``q_i = 1`` and the row's value then replaced by ``+inf`` (double ``tf.where``), so
+    ``q_i = 1`` and the row's value then replaced by ``+inf`` (double ``where``), so
     both branches have finite gradients and one such row leaves the others' intact.
 
     Example:
-        >>> p, q = tf.constant([[0.5, 0.5], [0.5, 0.5]]), tf.constant([[1.0, 0.0], [0.5, 0.5]])
-        >>> kl_divergence(p, q).numpy()
+        >>> p = np.array([[0.5, 0.5], [0.5, 0.5]], "float32")
+        >>> q = np.array([[1.0, 0.0], [0.5, 0.5]], "float32")
+        >>> ops.convert_to_numpy(kl_divergence(p, q))
         array([inf,  0.], dtype=float32)
     """
-    outside = (p > 0) & (q <= 0)  # log q_i = -inf with a positive weight
-    safe_q = tf.where(outside, tf.ones_like(q), q)
-    divergence = tf.reduce_sum(tf.math.xlogy(p, p) - tf.math.xlogy(p, safe_q), axis=-1)
-    return tf.where(tf.reduce_any(outside, axis=-1), tf.constant(np.inf, p.dtype), divergence)
+    p = ops.convert_to_tensor(p)
+    q = ops.cast(ops.convert_to_tensor(q), p.dtype)
+    outside = ops.logical_and(p > 0, q <= 0)  # log q_i = -inf with a positive weight
+    safe_q = ops.where(outside, ops.ones_like(q), q)
+    divergence = ops.sum(xlogy(p, p) - xlogy(p, safe_q), axis=-1)
+    return ops.where(ops.any(outside, axis=-1), ops.full_like(divergence, np.inf), divergence)
 
 
 class _Categorical(Constraint):
@@ -69,7 +79,7 @@ class EntropyLowerBound(_Categorical):
 
     Example:
         >>> c = EntropyLowerBound(0.5)
-        >>> p = c.project(tf.constant([[1.0, 0.0]], tf.float64))
+        >>> p = c.project(np.array([[1.0, 0.0]]))
         >>> bool(abs(entropy(p)[0] - 0.5) < 1e-6 or entropy(p)[0] > 0.5)
         True
     """
@@ -100,7 +110,7 @@ class EntropyLowerBound(_Categorical):
 
     def anchor(self, x, reference=None):
         self.check_categories(x.shape[-1])
-        return tf.ones_like(x) / tf.cast(tf.shape(x)[-1], x.dtype)
+        return ops.ones_like(x) / ops.cast(ops.shape(x)[-1], x.dtype)
 
     def get_config(self):
         return {"min_entropy": bound_config("min_entropy", self.min_entropy), "from_logits": self.from_logits}
@@ -124,8 +134,8 @@ class KLTrustRegion(_Categorical):
 
     Example:
         >>> c = KLTrustRegion(0.1)
-        >>> q = tf.constant([[0.5, 0.5]], tf.float64)
-        >>> p = c.project(tf.constant([[1.0, 0.0]], tf.float64), reference=q)
+        >>> q = np.array([[0.5, 0.5]])
+        >>> p = c.project(np.array([[1.0, 0.0]]), reference=q)
         >>> bool(kl_divergence(p, q)[0] <= 0.1 + 1e-9)
         True
     """
@@ -140,14 +150,14 @@ class KLTrustRegion(_Categorical):
     def h(self, x, reference=None):
         if reference is None:
             raise ValueError("KLTrustRegion needs the reference distribution q. Received: reference=None")
-        reference = tf.broadcast_to(tf.cast(reference, x.dtype), tf.shape(x))
+        reference = broadcast_like(ops.cast(reference, x.dtype), x)
         divergence = kl_divergence(reference, x) if self.reverse else kl_divergence(x, reference)
         return divergence - bound_tensor(self.epsilon, divergence)
 
     def anchor(self, x, reference=None):
         if reference is None:
             raise ValueError("KLTrustRegion needs the reference distribution q. Received: reference=None")
-        return tf.broadcast_to(tf.cast(reference, x.dtype), tf.shape(x))
+        return broadcast_like(ops.cast(reference, x.dtype), x)
 
     def get_config(self):
         return {

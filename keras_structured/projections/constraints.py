@@ -7,23 +7,39 @@ bound per batch row, e.g. per state). Fixed arrays (centers, offsets, interior p
 checked by :func:`check_array`. Both checks are shared by every constraint and by the
 Gaussian projections: values known when the check runs must be finite, at once
 (``ValueError``); a bound computed inside a ``tf.function`` is checked when it runs
-(``tf.errors.InvalidArgumentError``), with the same message.
+(``tf.errors.InvalidArgumentError``), with the same message, and one traced by ``jax.jit``
+or ``torch.compile`` is not checked.
+
+Written with ``keras.ops``: the constraints run on TensorFlow, JAX and PyTorch.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import numbers
+import operator
 import warnings
 from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.projections._tensors import (
+    assert_finite,
+    broadcast_like,
+    check,
+    constant,
+    ensure,
+    is_tensor,
+    known_values,
+    mean,
+    static_rank,
+)
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
-from keras_structured.validation import assert_finite, check_number
+from keras_structured.validation import check_number
 
 #: Round-off counts as ``ROUNDOFF_ULPS eps`` times the magnitude of the terms of ``h``
 #: (``eps`` of the dtype it is evaluated in). Rounding an interpolated point and its
@@ -47,7 +63,7 @@ LOGITS = "logits"
 INPUT_SPACES = (POINTS, PROBABILITIES, LOGITS)
 
 
-def roundoff(magnitude: tf.Tensor) -> tf.Tensor:
+def roundoff(magnitude):
     """``ROUNDOFF_ULPS eps magnitude`` in ``magnitude``'s dtype, without gradient.
 
     The absolute round-off of a constraint value whose terms have this magnitude: the
@@ -55,19 +71,21 @@ def roundoff(magnitude: tf.Tensor) -> tf.Tensor:
     stop short of the boundary.
 
     Example:
-        >>> float(roundoff(tf.constant(1.0)))  # 2 * 2**-23
+        >>> float(roundoff(ops.ones(())))  # 2 * 2**-23
         2.384185791015625e-07
     """
-    eps = np.finfo(magnitude.dtype.as_numpy_dtype).eps
-    return tf.stop_gradient(ROUNDOFF_ULPS * eps * magnitude)
+    eps = np.finfo(keras.backend.standardize_dtype(magnitude.dtype)).eps
+    return ops.stop_gradient(float(ROUNDOFF_ULPS * eps) * magnitude)
 
 
-def validation_tolerance(h_x0: tf.Tensor, magnitude: tf.Tensor) -> tf.Tensor:
+def validation_tolerance(h_x0, magnitude):
     """``1e-6 max(1, |h(x0)|) + roundoff(magnitude)``: the slack allowed on ``h(g(x)) <= 0``."""
-    return 1e-6 * tf.maximum(tf.ones_like(h_x0), tf.abs(h_x0)) + roundoff(magnitude)
+    scale = ops.abs(h_x0)
+    return 1e-6 * ops.where(scale < 1.0, ops.ones_like(scale), scale) + roundoff(magnitude)
 
 
-Bound = float | np.ndarray | tf.Tensor
+#: A bound: a number, a numpy array or a tensor of the backend.
+Bound = float | np.ndarray | object
 
 
 def static_bound(bound: Bound) -> np.ndarray | None:
@@ -77,12 +95,12 @@ def static_bound(bound: Bound) -> np.ndarray | None:
         bound: a bound from :func:`check_bound` (or any number, array or tensor).
 
     Returns:
-        A float64 array (0-d for a scalar), or ``None`` for a symbolic tensor.
+        A float64 array (0-d for a scalar), or ``None`` for a symbolic tensor (in a TensorFlow
+        graph, or traced by ``jax.jit`` or ``torch.compile``).
     """
-    if isinstance(bound, (tf.Tensor, tf.Variable)):
-        if tf.is_symbolic_tensor(bound) or not tf.executing_eagerly():
-            return None
-        return np.asarray(bound.numpy(), dtype=np.float64)
+    if is_tensor(bound):
+        values = known_values(bound)
+        return None if values is None else values.astype(np.float64)
     return np.asarray(bound, dtype=np.float64)
 
 
@@ -120,7 +138,8 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
     finite, and ``> 0`` with ``positive``: values known now (numbers, arrays, eager
     tensors) are checked at once; a symbolic tensor (a bound computed or read inside a
     ``tf.function``) is returned behind a run-time assertion with the same message
-    (which XLA, like every TensorFlow assertion, drops under ``jit_compile=True``).
+    (which XLA, like every TensorFlow assertion, drops under ``jit_compile=True``; a bound
+    traced by ``jax.jit`` or ``torch.compile`` is not checked).
 
     Args:
         name: the argument name, for error messages.
@@ -135,8 +154,8 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
     Raises:
         ValueError: for a non-numeric value, a rank above 1, or known values that are not
             finite (or, with ``positive``, not ``> 0``).
-        tf.errors.InvalidArgumentError: when a symbolic bound's values are not finite (or,
-            with ``positive``, not ``> 0``), at run time.
+        tf.errors.InvalidArgumentError: on TensorFlow, when a symbolic bound's values are not
+            finite (or, with ``positive``, not ``> 0``), at run time.
 
     Example:
         >>> check_bound("epsilon", 0.1, positive=True)
@@ -145,10 +164,10 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
         array([0.5, 1. ])
     """
     requirement = "a finite number > 0" if positive else "finite"
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        if not (value.dtype.is_floating or value.dtype.is_integer):
+    if is_tensor(value):
+        if not (keras.backend.is_float_dtype(value.dtype) or keras.backend.is_int_dtype(value.dtype)):
             raise ValueError(f"{name} must be a real-valued tensor. Received: {name}={value!r}")
-        rank = value.shape.rank
+        rank = static_rank(value)
         stored = value
     elif isinstance(value, bool) or not isinstance(value, (numbers.Real, np.ndarray, list, tuple)):
         raise ValueError(f"{name} must be {requirement}. Received: {name}={value!r}")
@@ -170,18 +189,20 @@ def check_bound(name: str, value, positive: bool = False) -> Bound:
     return stored
 
 
-def _asserted_bound(bound: tf.Tensor, positive: bool, message: str) -> tf.Tensor:
+def _asserted_bound(bound, positive: bool, message: str):
     """The symbolic ``bound`` behind an assertion that its values are finite (and ``> 0``)."""
-    values = tf.cast(bound, tf.float64)
-    valid = tf.math.is_finite(values)
+    values = bound if keras.backend.is_float_dtype(bound.dtype) else ops.cast(bound, "float32")
+    valid = ops.isfinite(values)
     if positive:
-        valid = valid & (values > 0)
-    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(valid), [message, values])]):
-        return tf.identity(bound)
+        valid = ops.logical_and(valid, values > 0)
+    return check(bound, ops.all(valid), message, values)
 
 
-def bound_tensor(bound: Bound, terms: tf.Tensor) -> tf.Tensor:
+def bound_tensor(bound: Bound, terms):
     """``bound`` in the dtype of ``terms``, shaped to broadcast against them (batch axis first).
+
+    A bound given as a number is rounded to float32 first, then cast (as TensorFlow's
+    ``tf.cast`` does with a Python float, on every backend); arrays and tensors are cast.
 
     Args:
         bound: a bound from :func:`check_bound`.
@@ -191,9 +212,12 @@ def bound_tensor(bound: Bound, terms: tf.Tensor) -> tf.Tensor:
         A scalar tensor, or for a per-row bound a tensor of shape ``(batch, 1, ..., 1)``
         with the rank of ``terms``.
     """
-    bound = tf.cast(bound, terms.dtype)
-    if bound.shape.rank == 1 and terms.shape.rank is not None and terms.shape.rank > 1:
-        bound = tf.reshape(bound, [-1] + [1] * (terms.shape.rank - 1))
+    if isinstance(bound, float):
+        bound = np.float32(bound)
+    bound = ops.cast(ops.convert_to_tensor(bound), terms.dtype)
+    rank = static_rank(terms)
+    if static_rank(bound) == 1 and rank is not None and rank > 1:
+        bound = ops.reshape(bound, (-1,) + (1,) * (rank - 1))
     return bound
 
 
@@ -253,21 +277,24 @@ class Constraint(abc.ABC):
         return self.input_space == LOGITS
 
     @abc.abstractmethod
-    def h(self, x: tf.Tensor, reference: tf.Tensor | None = None) -> tf.Tensor:
-        """Convex constraint function, feasible iff ``<= 0``; returns shape ``(batch,)``."""
+    def h(self, x, reference=None):
+        """Convex constraint function, feasible iff ``<= 0``; returns shape ``(batch,)``.
+
+        Written with ``keras.ops`` (or the backend's own ops), differentiable in ``x``.
+        """
 
     @abc.abstractmethod
-    def anchor(self, x: tf.Tensor, reference: tf.Tensor | None = None) -> tf.Tensor:
+    def anchor(self, x, reference=None):
         """A strictly feasible point (``h < 0``) shaped like ``x``."""
 
-    def prepare(self, x, reference=None) -> tuple[tf.Tensor, tf.Tensor | None]:
+    def prepare(self, x, reference=None) -> tuple:
         """Maps raw inputs (and the reference) to the space where ``h`` is convex.
 
         ``softmax`` on the last axis for ``input_space == "logits"``, the identity otherwise.
         """
         if self.input_space == LOGITS:
-            x = tf.nn.softmax(x, axis=-1)
-            reference = None if reference is None else tf.nn.softmax(reference, axis=-1)
+            x = ops.softmax(x, axis=-1)
+            reference = None if reference is None else ops.softmax(reference, axis=-1)
         return x, reference
 
     def check_input_shape(self, input_shape) -> None:  # noqa: B027 (optional hook)
@@ -293,7 +320,7 @@ class Constraint(abc.ABC):
                 )
                 setattr(cls, new, cls.__dict__[old])
 
-    def eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+    def eta(self, x, x0, reference=None, margin: float = 0.0):
         """Deprecated: :meth:`interpolation_coefficient`."""
         warnings.warn(
             "Constraint.eta is deprecated; use Constraint.interpolation_coefficient.",
@@ -302,7 +329,7 @@ class Constraint(abc.ABC):
         )
         return self.interpolation_coefficient(x, x0, reference, margin)
 
-    def batch_mean_eta(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+    def batch_mean_eta(self, x, x0, reference=None, margin: float = 0.0):
         """Deprecated: :meth:`batch_mean_interpolation_coefficient`."""
         warnings.warn(
             "Constraint.batch_mean_eta is deprecated; use Constraint.batch_mean_interpolation_coefficient.",
@@ -311,7 +338,7 @@ class Constraint(abc.ABC):
         )
         return self.batch_mean_interpolation_coefficient(x, x0, reference, margin)
 
-    def interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+    def interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0):
         """Interpolation coefficient ``t`` in ``[0, 1]``, 1 exactly where ``x`` is kept.
 
         The default is the convexity bound ``(1 - m) h(x0) / (h(x0) - h(x))``; subclasses
@@ -319,7 +346,7 @@ class Constraint(abc.ABC):
         """
         return interpolation_coefficient(self.h(x, reference), self.h(x0, reference), margin)
 
-    def batch_mean_interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0) -> tf.Tensor:
+    def batch_mean_interpolation_coefficient(self, x, x0, reference=None, margin: float = 0.0):
         """One coefficient for the batch-mean constraint ``H(x) = mean_s h(x_s) <= 0``.
 
         ``H`` is convex in the whole batch ``x`` and ``H(x0) < 0``, so the convexity bound
@@ -335,13 +362,13 @@ class Constraint(abc.ABC):
         Returns:
             ``t`` broadcast to shape ``(batch,)``.
         """
-        h_x = self.h(x, reference)
+        h_x, h_x0 = self.h(x, reference), self.h(x0, reference)
         coefficient = interpolation_coefficient(
-            tf.reduce_mean(h_x, keepdims=True), tf.reduce_mean(self.h(x0, reference), keepdims=True), margin
+            ops.reshape(mean(h_x), (1,)), ops.reshape(mean(h_x0), (1,)), margin
         )
-        return tf.broadcast_to(tf.reshape(coefficient, []), tf.shape(x)[:1])
+        return broadcast_like(ops.reshape(coefficient, ()), h_x)  # (batch,)
 
-    def magnitude(self, x, reference=None) -> tf.Tensor:
+    def magnitude(self, x, reference=None):
         """Per row, the magnitude of the terms that ``h(x)`` sums, shape ``(batch,)``.
 
         Evaluated in ``x.dtype``, ``h(x)`` is exact up to ``roundoff(magnitude(x))``, and
@@ -350,13 +377,14 @@ class Constraint(abc.ABC):
         constraints whose terms can dwarf ``h``, like affine rows far from the origin,
         override it.
         """
-        return tf.zeros(tf.shape(x)[:1], x.dtype)
+        return ops.zeros(ops.shape(x)[:1], x.dtype)
 
-    def check_anchor(
-        self, x0, reference=None, strict: bool = False, average_over_batch: bool = False
-    ) -> list:
-        """Raises ``ValueError`` (eagerly) or returns run-time assertions unless the anchor is
-        strictly feasible up to round-off: ``h(x0) < roundoff(magnitude(x0))``.
+    def check_anchor(self, x0, reference=None, strict: bool = False, average_over_batch: bool = False):
+        """``x0``, checked to be strictly feasible up to round-off: ``h(x0) < roundoff(magnitude(x0))``.
+
+        Raises ``ValueError`` where the values are known (eagerly); otherwise returns ``x0``
+        behind a run-time check (``tf.errors.InvalidArgumentError`` in a TensorFlow graph; not
+        checked under XLA, ``jax.jit`` or ``torch.compile``).
 
         The slack accepts an anchor that rounding to ``x0.dtype`` pushed onto the boundary
         (e.g. ``Monotone``'s ramp near 1e8 in float32); the projection returns it where
@@ -365,21 +393,15 @@ class Constraint(abc.ABC):
         and of the slack that are compared.
         """
         h_x0 = self.h(x0, reference)
-        slack = tf.zeros_like(h_x0) if strict else roundoff(self.magnitude(x0, reference))
+        slack = ops.zeros_like(h_x0) if strict else roundoff(self.magnitude(x0, reference))
         if average_over_batch:
-            h_x0, slack = tf.reduce_mean(h_x0), tf.reduce_mean(slack)
-        feasible = tf.reduce_all(h_x0 < slack)
-        worst = tf.reduce_max(h_x0)
+            h_x0, slack = mean(h_x0), mean(slack)
         where = "on the batch mean" if average_over_batch else "for every batch row"
         message = (
             f"The anchor of {self!r} must be strictly feasible (h(anchor) < 0, up to round-off) {where}; "
             "pass a strictly feasible anchor. Received: h(anchor)="
         )
-        if tf.executing_eagerly():
-            if not bool(feasible):
-                raise ValueError(message + f"{float(worst)!r}")
-            return []
-        return [tf.debugging.Assert(feasible, [message, worst])]
+        return ensure(x0, ops.all(h_x0 < slack), message, ops.max(h_x0))
 
     def project(
         self,
@@ -390,7 +412,7 @@ class Constraint(abc.ABC):
         validate_args: bool = False,
         average_over_batch: bool = False,
         return_coefficient: bool = False,
-    ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+    ):
         """Interpolation projection of each batch row of ``x`` onto ``{h <= 0}``.
 
         Returns ``g(x) = x`` where ``h(x) <= -m |h(x0)|`` and ``x0 + t (x - x0)``
@@ -418,47 +440,57 @@ class Constraint(abc.ABC):
             ``return_coefficient`` the pair ``(points, t)``.
 
         Raises:
-            ValueError: eagerly, if the anchor is not strictly feasible up to
-                round-off (``tf.errors.InvalidArgumentError`` inside ``tf.function``).
-            tf.errors.InvalidArgumentError: with ``validate_args``, if ``x`` has NaN or
-                infinite entries.
+            ValueError: where the values are known (eagerly), if the anchor is not strictly
+                feasible up to round-off (``tf.errors.InvalidArgumentError`` inside
+                ``tf.function``).
+            tf.errors.InvalidArgumentError: on TensorFlow with ``validate_args``, if ``x`` has
+                NaN or infinite entries or the output is infeasible (``ValueError`` eagerly on
+                JAX and PyTorch; no check under XLA, ``jax.jit`` or ``torch.compile``).
         """
         margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
         if self.needs_reference and reference is None:
             raise ValueError(f"{type(self).__name__} needs a reference. Received: reference=None")
-        raw = tf.convert_to_tensor(x)
+        raw = ops.convert_to_tensor(x)
         dtype = compute_dtype(raw)
-        x = tf.cast(raw, dtype)
+        x = ops.cast(raw, dtype)
         if reference is not None:
-            reference = tf.cast(tf.convert_to_tensor(reference), dtype)
-        if x.shape.rank is None or x.shape.rank < 2:
+            reference = ops.cast(ops.convert_to_tensor(reference), dtype)
+        rank = static_rank(x)
+        if rank is None or rank < 2:
             raise ValueError(f"project needs inputs of shape (batch, ...). Received: x.shape={x.shape}")
-        x = assert_finite(x, f"{type(self).__name__}.project received NaN or inf inputs", validate_args)
+        if validate_args:
+            x = assert_finite(x, f"{type(self).__name__}.project received NaN or inf inputs")
         x, reference = self.prepare(x, reference)
         if anchor is None:
             x0 = self.anchor(x, reference)
         else:
-            x0 = tf.broadcast_to(tf.cast(tf.convert_to_tensor(anchor), dtype), tf.shape(x))
-        checks = self.check_anchor(x0, reference, average_over_batch=average_over_batch)
-        with tf.control_dependencies(checks):
-            if average_over_batch:
-                coefficient = self.batch_mean_interpolation_coefficient(x, x0, reference, margin)
-            else:
-                coefficient = self.interpolation_coefficient(x, x0, reference, margin)
-            out = mix(x, x0, coefficient)
+            x0 = broadcast_like(ops.cast(ops.convert_to_tensor(anchor), dtype), x)
+        x0 = self.check_anchor(x0, reference, average_over_batch=average_over_batch)
+        if average_over_batch:
+            coefficient = self.batch_mean_interpolation_coefficient(x, x0, reference, margin)
+        else:
+            coefficient = self.interpolation_coefficient(x, x0, reference, margin)
+        out = mix(x, x0, coefficient)
         if validate_args:
-            h_out, h_x0 = self.h(out, reference), self.h(x0, reference)
-            magnitude = self.magnitude(out, reference)
-            if average_over_batch:
-                h_out, h_x0, magnitude = (tf.reduce_mean(v) for v in (h_out, h_x0, magnitude))
-            bound = validation_tolerance(h_x0, magnitude)
+            excess = self.infeasibility(out, x0, reference, average_over_batch)
             message = (
-                f"{self!r}: the projection is infeasible (h(output) > 1e-6 max(1, |h(anchor)|) + roundoff)"
+                f"{self!r}: the projection is infeasible (h(output) > 1e-6 max(1, |h(anchor)|) + roundoff). "
+                "Received: max(h(output) - tolerance)="
             )
-            with tf.control_dependencies([tf.debugging.assert_less_equal(h_out, bound, message=message)]):
-                out = tf.identity(out)
-        out = tf.cast(out, raw.dtype)
+            out = check(out, ops.all(excess <= 0), message, ops.max(excess))
+        out = ops.cast(out, raw.dtype)
         return (out, coefficient) if return_coefficient else out
+
+    def infeasibility(self, out, x0, reference=None, average_over_batch: bool = False):
+        """How far ``out`` is outside the set, beyond what ``validate_args`` tolerates.
+
+        ``h(out) - 1e-6 max(1, |h(x0)|) - roundoff(magnitude(out))`` per row, or on the batch
+        means with ``average_over_batch``; ``<= 0`` where the projection is feasible.
+        """
+        h_out, h_x0, magnitude = self.h(out, reference), self.h(x0, reference), self.magnitude(out, reference)
+        if average_over_batch:
+            h_out, h_x0, magnitude = (mean(v) for v in (h_out, h_x0, magnitude))
+        return h_out - validation_tolerance(h_x0, magnitude)
 
     def get_config(self) -> dict:
         return {}
@@ -482,11 +514,11 @@ def _as_config_array(value):
 
 @keras.saving.register_keras_serializable(package="keras_structured")
 class UserConstraint(Constraint):
-    """A constraint from user TF functions: ``h_fn(x[, reference]) -> (batch,)`` convex.
+    """A constraint from user functions: ``h_fn(x[, reference]) -> (batch,)`` convex.
 
     Args:
-        h_fn: convex, written in TF ops; called as ``h_fn(x)`` or
-            ``h_fn(x, reference)`` when a reference is given.
+        h_fn: convex, written with ``keras.ops`` (or the backend's own ops, for one backend);
+            called as ``h_fn(x)`` or ``h_fn(x, reference)`` when a reference is given.
         anchor_fn: a callable ``anchor_fn(x[, reference])`` returning a strictly
             feasible point shaped like ``x``, or a fixed array broadcastable to ``x``.
         needs_reference: whether a reference is required.
@@ -495,8 +527,8 @@ class UserConstraint(Constraint):
     ``keras.saving.register_keras_serializable`` (lambdas cannot be saved).
 
     Example:
-        >>> disc = UserConstraint(lambda x: tf.reduce_sum(x**2, -1) - 1.0, [0.0, 0.0])
-        >>> disc.project(tf.constant([[2.0, 0.0]])).numpy()
+        >>> disc = UserConstraint(lambda x: ops.sum(x**2, -1) - 1.0, [0.0, 0.0])
+        >>> ops.convert_to_numpy(disc.project(np.array([[2.0, 0.0]], "float32")))
         array([[0.5, 0. ]], dtype=float32)
     """
 
@@ -512,9 +544,9 @@ class UserConstraint(Constraint):
 
     def anchor(self, x, reference=None):
         if not callable(self.anchor_fn):
-            return tf.broadcast_to(tf.constant(self.anchor_fn, x.dtype), tf.shape(x))
+            return broadcast_like(constant(self.anchor_fn, x.dtype), x)
         x0 = self.anchor_fn(x) if reference is None else self.anchor_fn(x, reference)
-        return tf.broadcast_to(tf.cast(x0, x.dtype), tf.shape(x))
+        return broadcast_like(ops.cast(x0, x.dtype), x)
 
     def get_config(self):
         anchor = self.anchor_fn
@@ -553,7 +585,7 @@ class Intersection(Constraint):
     Example:
         >>> from keras_structured.projections import L2Ball, LinfBall
         >>> both = Intersection([L2Ball(1.0), LinfBall(0.5)])
-        >>> both.project(tf.constant([[2.0, 0.0]])).numpy()
+        >>> ops.convert_to_numpy(both.project(np.array([[2.0, 0.0]], "float32")))
         array([[0.5, 0. ]], dtype=float32)
     """
 
@@ -578,10 +610,10 @@ class Intersection(Constraint):
         return reference if constraint.needs_reference else None
 
     def _all_h(self, x, reference):
-        return tf.stack([c.h(x, self._ref(c, reference)) for c in self.constraints], axis=-1)
+        return ops.stack([c.h(x, self._ref(c, reference)) for c in self.constraints], axis=-1)
 
     def h(self, x, reference=None):
-        return tf.reduce_max(self._all_h(x, reference), axis=-1)
+        return ops.max(self._all_h(x, reference), axis=-1)
 
     def prepare(self, x, reference=None):
         x, _ = self.constraints[0].prepare(x, None)
@@ -592,17 +624,20 @@ class Intersection(Constraint):
 
     def anchor(self, x, reference=None):
         candidates = [c.anchor(x, self._ref(c, reference)) for c in self.constraints]
-        candidates = tf.stack(candidates + [tf.add_n(candidates) / len(candidates)])
-        worst = tf.stack([self.h(candidate, reference) for candidate in tf.unstack(candidates)])
-        best = tf.argmin(worst, axis=0, output_type=tf.int32)  # (batch,)
-        batch = tf.range(tf.shape(x)[0], dtype=tf.int32)
-        return tf.gather_nd(candidates, tf.stack([best, batch], axis=-1))
+        candidates.append(functools.reduce(operator.add, candidates) / len(candidates))
+        worst = ops.stack([self.h(candidate, reference) for candidate in candidates])
+        best = ops.argmin(worst, axis=0)  # (batch,)
+        best = ops.reshape(best, (-1,) + (1,) * (static_rank(x) - 1))
+        anchor = candidates[0]
+        for index, candidate in enumerate(candidates[1:], start=1):
+            anchor = ops.where(best == index, candidate, anchor)
+        return anchor
 
     def interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
         coefficients = [
             c.interpolation_coefficient(x, x0, self._ref(c, reference), margin) for c in self.constraints
         ]
-        return tf.reduce_min(tf.stack(coefficients, axis=-1), axis=-1)
+        return ops.min(ops.stack(coefficients, axis=-1), axis=-1)
 
     def batch_mean_interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
         """``min_i`` of the batch-mean coefficients: each constraint holds on the batch mean."""
@@ -610,23 +645,29 @@ class Intersection(Constraint):
             c.batch_mean_interpolation_coefficient(x, x0, self._ref(c, reference), margin)
             for c in self.constraints
         ]
-        return tf.reduce_min(tf.stack(coefficients, axis=-1), axis=-1)
+        return ops.min(ops.stack(coefficients, axis=-1), axis=-1)
 
     def check_input_shape(self, input_shape):
         for c in self.constraints:
             c.check_input_shape(input_shape)
 
     def magnitude(self, x, reference=None):
-        return tf.reduce_max(
-            tf.stack([c.magnitude(x, self._ref(c, reference)) for c in self.constraints], axis=-1), axis=-1
+        return ops.max(
+            ops.stack([c.magnitude(x, self._ref(c, reference)) for c in self.constraints], axis=-1), axis=-1
         )
 
+    def infeasibility(self, out, x0, reference=None, average_over_batch=False):
+        """Per row that of ``max_i h_i``; on the batch means the largest of the constraints'
+        own, since each holds on its batch mean (the mean of ``max_i h_i`` need not)."""
+        if not average_over_batch:
+            return super().infeasibility(out, x0, reference)
+        parts = [c.infeasibility(out, x0, self._ref(c, reference), True) for c in self.constraints]
+        return ops.max(ops.stack(parts))
+
     def check_anchor(self, x0, reference=None, strict=False, average_over_batch=False):
-        return [
-            check
-            for c in self.constraints
-            for check in c.check_anchor(x0, self._ref(c, reference), strict, average_over_batch)
-        ]
+        for c in self.constraints:
+            x0 = c.check_anchor(x0, self._ref(c, reference), strict, average_over_batch)
+        return x0
 
     def get_config(self):
         return {"constraints": [keras.saving.serialize_keras_object(c) for c in self.constraints]}
@@ -647,7 +688,7 @@ def project(
     margin: float = 0.0,
     validate_args: bool = False,
     average_over_batch: bool = False,
-) -> tf.Tensor:
+):
     """Projects ``x`` onto the intersection of one or several constraints.
 
     ``t = min_i t_i`` over the constraints, with one anchor shared by all (see
@@ -668,8 +709,8 @@ def project(
 
     Example:
         >>> from keras_structured.projections import L1Ball, Monotone
-        >>> out = project(tf.constant([[3.0, -1.0]]), [L1Ball(2.0), Monotone()])
-        >>> np.round(out.numpy(), 4)  # (5/9, 5/9) up to Monotone's few-ulp margin
+        >>> out = project(np.array([[3.0, -1.0]], "float32"), [L1Ball(2.0), Monotone()])
+        >>> np.round(ops.convert_to_numpy(out), 4)  # (5/9, 5/9) up to Monotone's few-ulp margin
         array([[0.5556, 0.5556]], dtype=float32)
     """
     if isinstance(constraints, Constraint):

@@ -32,16 +32,27 @@ Both bounds at once: :func:`~keras_structured.projections.policy.project_gaussia
 the entropy projection first, then the KL projection, the order that keeps both (see
 :mod:`keras_structured.projections.policy`). The bounds may be tensors: a scalar for the
 batch, or one value per state.
+
+Written with ``keras.ops``: the projections run on TensorFlow, JAX and PyTorch.
 """
 
 from __future__ import annotations
 
 import math
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_structured.projections.constraints import Bound, check_bound
+from keras_structured.projections._tensors import (
+    assert_finite,
+    broadcast_batch,
+    broadcast_like,
+    is_tensor,
+    static_rank,
+)
+from keras_structured.projections._tensors import mean as mean_of_all  # ``mean`` names the Gaussians' means
+from keras_structured.projections.constraints import Bound, bound_tensor, check_bound
 from keras_structured.projections.interpolate import interpolation_coefficient, mix
 
 __all__ = [
@@ -53,7 +64,7 @@ __all__ = [
 
 
 def _scalar_if_averaged(name: str, bound: Bound, average_over_batch: bool) -> None:
-    rank = bound.shape.rank if isinstance(bound, (tf.Tensor, tf.Variable)) else np.ndim(bound)
+    rank = static_rank(bound) if is_tensor(bound) else np.ndim(bound)
     if average_over_batch and rank:
         raise ValueError(
             f"With average_over_batch=True, {name} must be a scalar (one bound for the batch mean). "
@@ -61,33 +72,40 @@ def _scalar_if_averaged(name: str, bound: Bound, average_over_batch: bool) -> No
         )
 
 
-def _as_float(x, dtype=None, name: str = "x") -> tf.Tensor:
-    x = tf.convert_to_tensor(x, dtype=None if isinstance(x, (tf.Tensor, np.ndarray)) else dtype)
-    if not x.dtype.is_floating:
-        raise TypeError(f"{name} must be a floating-point tensor. Received: dtype={x.dtype.name}")
+def _as_float(x, dtype=None, name: str = "x"):
+    x = ops.convert_to_tensor(x, dtype=None if is_tensor(x) or isinstance(x, np.ndarray) else dtype)
+    if not keras.backend.is_float_dtype(x.dtype):
+        dtype_name = keras.backend.standardize_dtype(x.dtype)
+        raise TypeError(f"{name} must be a floating-point tensor. Received: dtype={dtype_name}")
     if dtype is not None:
-        x = tf.cast(x, dtype)
-    return tf.debugging.assert_all_finite(x, f"{name} has NaN or infinite entries")
+        x = ops.cast(x, dtype)
+    return assert_finite(x, f"{name} has NaN or infinite entries")
 
 
-def _prepare_scale(scale, diagonal: bool, dtype, name: str) -> tf.Tensor:
+def _prepare_scale(scale, diagonal: bool, dtype, name: str):
     scale = _as_float(scale, dtype, name)
+    rank = static_rank(scale)
     if diagonal:
-        if scale.shape.rank is not None and scale.shape.rank not in (1, 2):
+        if rank is not None and rank not in (1, 2):
             raise ValueError(f"{name} must have shape (batch, d) or (d,). Received: shape={scale.shape}")
         return scale
-    if scale.shape.rank is not None and scale.shape.rank not in (2, 3):
+    if rank is not None and rank not in (2, 3):
         raise ValueError(f"{name} must have shape (batch, d, d) or (d, d). Received: shape={scale.shape}")
-    return tf.linalg.band_part(scale, -1, 0)
+    return ops.tril(scale)
 
 
-def _log_det_scale(scale: tf.Tensor, diagonal: bool) -> tf.Tensor:
+def _log_det_scale(scale, diagonal: bool):
     """``sum log diag(L)`` (``0.5 log det Sigma``), shape = batch shape of ``scale``."""
-    diag = scale if diagonal else tf.linalg.diag_part(scale)
-    return tf.reduce_sum(tf.math.log(tf.abs(diag)), axis=-1)
+    diag = scale if diagonal else ops.diagonal(scale, axis1=-2, axis2=-1)
+    return ops.sum(ops.log(ops.abs(diag)), axis=-1)
 
 
-def gaussian_entropy(scale_tril, diagonal: bool = False) -> tf.Tensor:
+def _dimension(scale):
+    """``d``, the size of the last axis, as a scalar of ``scale``'s dtype."""
+    return ops.cast(ops.shape(scale)[-1], scale.dtype)
+
+
+def gaussian_entropy(scale_tril, diagonal: bool = False):
     """Entropy ``0.5 d log(2 pi e) + sum log diag(L)`` of ``N(m, L L^T)`` (nats).
 
     Args:
@@ -99,44 +117,39 @@ def gaussian_entropy(scale_tril, diagonal: bool = False) -> tf.Tensor:
         The entropies, shape ``(...)``.
 
     Example:
-        >>> round(float(gaussian_entropy(tf.eye(2, dtype=tf.float64))), 6)
+        >>> round(float(gaussian_entropy(np.eye(2))), 6)
         2.837877
     """
-    scale = tf.convert_to_tensor(scale_tril)
+    scale = ops.convert_to_tensor(scale_tril)
     if not diagonal:
-        scale = tf.linalg.band_part(scale, -1, 0)
-    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
-    return 0.5 * d * math.log(2.0 * math.pi * math.e) + _log_det_scale(scale, diagonal)
+        scale = ops.tril(scale)
+    return 0.5 * _dimension(scale) * math.log(2.0 * math.pi * math.e) + _log_det_scale(scale, diagonal)
 
 
-def _whiten(scale_old: tf.Tensor, x: tf.Tensor, diagonal: bool, vector: bool) -> tf.Tensor:
+def _whiten(scale_old, x, diagonal: bool, vector: bool):
     """``L_old^{-1} x`` for vectors ``x`` (``(..., d)``) or matrices ``x`` (``(..., d, d)``)."""
     if diagonal:
         return x / scale_old
     rhs = x[..., None] if vector else x
-    batch_shape = tf.broadcast_dynamic_shape(tf.shape(scale_old)[:-2], tf.shape(rhs)[:-2])
-    lhs = tf.broadcast_to(scale_old, tf.concat([batch_shape, tf.shape(scale_old)[-2:]], 0))
-    rhs = tf.broadcast_to(rhs, tf.concat([batch_shape, tf.shape(rhs)[-2:]], 0))
-    out = tf.linalg.triangular_solve(lhs, rhs, lower=True)
+    lhs, rhs = broadcast_batch(scale_old, rhs, core=2)
+    out = ops.solve_triangular(lhs, rhs, lower=True)
     return out[..., 0] if vector else out
 
 
-def _kl_mean(mean, old_mean, old_scale, diagonal: bool) -> tf.Tensor:
+def _kl_mean(mean, old_mean, old_scale, diagonal: bool):
     whitened = _whiten(old_scale, mean - old_mean, diagonal, vector=True)
-    return 0.5 * tf.reduce_sum(tf.square(whitened), axis=-1)
+    return 0.5 * ops.sum(ops.square(whitened), axis=-1)
 
 
-def _kl_cov(scale, old_scale, diagonal: bool) -> tf.Tensor:
+def _kl_cov(scale, old_scale, diagonal: bool):
     whitened = _whiten(old_scale, scale, diagonal, vector=diagonal)
-    axes = [-1] if diagonal else [-2, -1]
-    trace = tf.reduce_sum(tf.square(whitened), axis=axes)
-    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
-    return 0.5 * (trace - d) + _log_det_scale(old_scale, diagonal) - _log_det_scale(scale, diagonal)
+    axes = (-1,) if diagonal else (-2, -1)
+    trace = ops.sum(ops.square(whitened), axis=axes)
+    half_excess = 0.5 * (trace - _dimension(scale))  # summed in this order, as before the port
+    return half_excess + _log_det_scale(old_scale, diagonal) - _log_det_scale(scale, diagonal)
 
 
-def gaussian_kl_parts(
-    mean, scale_tril, old_mean, old_scale_tril, diagonal: bool = False
-) -> tuple[tf.Tensor, tf.Tensor]:
+def gaussian_kl_parts(mean, scale_tril, old_mean, old_scale_tril, diagonal: bool = False) -> tuple:
     """The two parts of ``KL(N(m, S) || N(b, Q)) = KL_mean + KL_cov`` (Akrour et al. 2019).
 
     ``KL_mean = 0.5 (m - b)^T Q^{-1} (m - b)`` and
@@ -156,13 +169,13 @@ def gaussian_kl_parts(
 
     Example:
         >>> kl_m, kl_c = gaussian_kl_parts([[1.0, 0.0]], [[1.0, 1.0]], [[0.0, 0.0]], [[1.0, 1.0]], True)
-        >>> kl_m.numpy(), kl_c.numpy()
+        >>> ops.convert_to_numpy(kl_m), ops.convert_to_numpy(kl_c)
         (array([0.5], dtype=float32), array([0.], dtype=float32))
     """
-    mean = tf.convert_to_tensor(mean)
+    mean = ops.convert_to_tensor(mean)
     dtype = mean.dtype
     scale = _prepare_scale(scale_tril, diagonal, dtype, "scale_tril")
-    old_mean = tf.convert_to_tensor(old_mean, dtype)
+    old_mean = ops.convert_to_tensor(old_mean, dtype)
     old_scale = _prepare_scale(old_scale_tril, diagonal, dtype, "old_scale_tril")
     return _kl_mean(mean, old_mean, old_scale, diagonal), _kl_cov(scale, old_scale, diagonal)
 
@@ -174,7 +187,7 @@ def project_gaussian_entropy(
     diagonal: bool = False,
     average_over_batch: bool = False,
     return_coefficient: bool = False,
-) -> tuple[tf.Tensor, ...]:
+) -> tuple:
     """Projects ``N(m, L L^T)`` onto ``{H >= min_entropy}`` by rescaling ``L``.
 
     Solves exactly, per batch row, ``min c`` s.t. ``c >= 1`` and ``H(N(m, c^2 L L^T)) >=
@@ -208,37 +221,36 @@ def project_gaussian_entropy(
     Raises:
         ValueError: if ``min_entropy`` is known and not finite, has a rank above 1, or
             is per state with ``average_over_batch``.
-        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries, or a
-            symbolic ``min_entropy`` (inside a ``tf.function``) does (see
-            :func:`~keras_structured.projections.constraints.check_bound`).
+        tf.errors.InvalidArgumentError: on TensorFlow, if the inputs have NaN or infinite
+            entries, or a symbolic ``min_entropy`` (inside a ``tf.function``) does (see
+            :func:`~keras_structured.projections.constraints.check_bound`); ``ValueError``
+            on JAX and PyTorch where the values are known.
 
     Example:
-        >>> m, s = project_gaussian_entropy(tf.zeros([1, 2], tf.float64), tf.fill([1, 2], 0.1), 2.0,
-        ...                                 diagonal=True)
-        >>> round(float(gaussian_entropy(s, diagonal=True)[0]), 6), s.dtype.name
+        >>> m, s = project_gaussian_entropy(np.zeros([1, 2]), np.full([1, 2], 0.1), 2.0, diagonal=True)
+        >>> round(float(gaussian_entropy(s, diagonal=True)[0]), 6), keras.backend.standardize_dtype(s.dtype)
         (2.0, 'float64')
     """
     min_entropy = check_bound("min_entropy", min_entropy)
     _scalar_if_averaged("min_entropy", min_entropy, average_over_batch)
     mean = _as_float(mean, name="mean")
     scale = _prepare_scale(scale_tril, diagonal, mean.dtype, "scale_tril")
-    min_entropy = tf.cast(min_entropy, scale.dtype)
     entropy = gaussian_entropy(scale, diagonal)
     if average_over_batch:
-        entropy = tf.reduce_mean(entropy)
-    d = tf.cast(tf.shape(scale)[-1], scale.dtype)
+        entropy = mean_of_all(entropy)
+    min_entropy = bound_tensor(min_entropy, entropy)
     violated = entropy < min_entropy
-    log_c = tf.where(violated, (min_entropy - entropy) / d, tf.zeros_like(entropy))
-    c = tf.exp(log_c)
+    log_c = ops.where(violated, (min_entropy - entropy) / _dimension(scale), ops.zeros_like(entropy))
+    c = ops.exp(log_c)
     rescaled = c[..., None] * scale if diagonal else c[..., None, None] * scale
     keep = violated[..., None] if diagonal else violated[..., None, None]
-    projected = tf.where(tf.broadcast_to(keep, tf.shape(rescaled)), rescaled, scale)
+    projected = ops.where(keep, rescaled, scale)
     return (mean, projected, c) if return_coefficient else (mean, projected)
 
 
-def _as_bound(bound: Bound, dtype: tf.DType):
+def _as_bound(bound: Bound, dtype):
     """A Python float as is (exact in float64 arithmetic with tensors), anything else cast."""
-    return bound if isinstance(bound, float) else tf.cast(bound, dtype)
+    return bound if isinstance(bound, float) else ops.cast(ops.convert_to_tensor(bound), dtype)
 
 
 def project_gaussian_kl(
@@ -252,7 +264,7 @@ def project_gaussian_kl(
     diagonal: bool = False,
     margin: float = 0.0,
     return_coefficients: bool = False,
-) -> tuple[tf.Tensor, ...]:
+) -> tuple:
     """Decomposed KL trust-region projection of ``N(m, S)`` towards ``N(b, Q)`` (Akrour et al. 2019).
 
     With ``S = L L^T``, ``Q = L_old L_old^T`` and the parts of :func:`gaussian_kl_parts`
@@ -303,12 +315,13 @@ def project_gaussian_kl(
     Raises:
         ValueError: if an epsilon is known and not a finite number > 0, has a rank above
             1, or is per state with ``average_over_batch``.
-        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries, or a
-            symbolic epsilon (inside a ``tf.function``) is not a finite number > 0 (see
-            :func:`~keras_structured.projections.constraints.check_bound`).
+        tf.errors.InvalidArgumentError: on TensorFlow, if the inputs have NaN or infinite
+            entries, or a symbolic epsilon (inside a ``tf.function``) is not a finite number
+            > 0 (see :func:`~keras_structured.projections.constraints.check_bound`);
+            ``ValueError`` on JAX and PyTorch where the values are known.
 
     Example:
-        >>> b, q = tf.zeros([1, 2], tf.float64), tf.ones([1, 2], tf.float64)
+        >>> b, q = np.zeros([1, 2]), np.ones([1, 2])
         >>> m, s = project_gaussian_kl(b + 3.0, 3.0 * q, b, q, 0.1, 0.2, diagonal=True)
         >>> kl_m, kl_c = gaussian_kl_parts(m, s, b, q, diagonal=True)
         >>> bool(kl_m[0] <= 0.1 + 1e-9), bool(kl_c[0] <= 0.2 + 1e-9)
@@ -328,37 +341,36 @@ def project_gaussian_kl(
     # Covariance part.
     kl_cov = _kl_cov(scale, old_scale, diagonal)
     if average_over_batch:
-        kl_cov = tf.reshape(tf.reduce_mean(kl_cov), [1])
-        target = tf.broadcast_dynamic_shape(tf.shape(scale), tf.shape(old_scale))
+        kl_cov = ops.reshape(mean_of_all(kl_cov), (1,))
+        scale, old_scale = broadcast_batch(scale, old_scale, core=matrix_rank)
     else:
-        batch = tf.shape(mean)[:1]
-        kl_cov = tf.broadcast_to(kl_cov, batch)
-        target = tf.concat([batch, tf.shape(scale)[-matrix_rank:]], 0)
-    scale = tf.broadcast_to(scale, target)
-    old_scale = tf.broadcast_to(old_scale, target)
+        kl_cov = broadcast_like(kl_cov, mean[..., 0])  # (batch,)
+        states = mean if diagonal else mean[..., None, :]  # the batch axis of the means
+        scale, _ = broadcast_batch(scale, states, core=matrix_rank)
+        old_scale, _ = broadcast_batch(old_scale, states, core=matrix_rank)
     epsilon_cov = _as_bound(epsilon_cov, dtype)
     coefficient_cov = interpolation_coefficient(
-        kl_cov - epsilon_cov, -epsilon_cov * tf.ones_like(kl_cov), margin=margin
+        kl_cov - epsilon_cov, -epsilon_cov * ops.ones_like(kl_cov), margin=margin
     )
     if diagonal:
-        cov, old_cov = tf.square(scale), tf.square(old_scale)
+        cov, old_cov = ops.square(scale), ops.square(old_scale)
     else:
-        cov = tf.matmul(scale, scale, transpose_b=True)
-        old_cov = tf.matmul(old_scale, old_scale, transpose_b=True)
-    # ``mix`` reshapes the coefficient ((batch,) per state, (1,) averaged) to broadcast over the matrices.
+        cov = scale @ ops.swapaxes(scale, -1, -2)
+        old_cov = old_scale @ ops.swapaxes(old_scale, -1, -2)
+    # ``mix`` reshapes the coefficient ((batch,) per state, (1,) averaged) to broadcast over the
+    # matrices, and returns the covariance itself where it is kept.
     new_cov = mix(cov, old_cov, coefficient_cov)
-    new_scale = tf.sqrt(new_cov) if diagonal else tf.linalg.cholesky(new_cov)
-    coefficient_shape = tf.concat([tf.shape(coefficient_cov), tf.ones([tf.rank(scale) - 1], tf.int32)], 0)
-    keep = tf.broadcast_to(tf.reshape(coefficient_cov >= 1.0, coefficient_shape), tf.shape(scale))
-    projected_scale = tf.where(keep, scale, new_scale)
+    new_scale = ops.sqrt(new_cov) if diagonal else ops.cholesky(new_cov)
+    keep = ops.reshape(coefficient_cov >= 1.0, (-1,) + (1,) * (static_rank(scale) - 1))
+    projected_scale = ops.where(keep, scale, new_scale)
 
     # Mean part (only involves the old covariance, so it is independent of the above).
     kl_mean = _kl_mean(mean, old_mean, old_scale, diagonal)
     if average_over_batch:
-        kl_mean = tf.reshape(tf.reduce_mean(kl_mean), [1])
+        kl_mean = ops.reshape(mean_of_all(kl_mean), (1,))
     epsilon_mean = _as_bound(epsilon_mean, dtype)
     coefficient_mean = interpolation_coefficient(
-        kl_mean - epsilon_mean, -epsilon_mean * tf.ones_like(kl_mean), margin=margin
+        kl_mean - epsilon_mean, -epsilon_mean * ops.ones_like(kl_mean), margin=margin
     )
     projected_mean = mix(mean, old_mean, coefficient_mean)
     if return_coefficients:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.projections.policy import project_gaussian
 
@@ -88,9 +88,9 @@ class GaussianProjection(keras.layers.Layer):
             )
         # Under mixed precision the projection runs in float32: TensorFlow has no float16
         # Cholesky or triangular-solve kernels, and the KL needs the precision anyway.
-        dtype = inputs[0].dtype
-        if dtype in (tf.float16, tf.bfloat16):
-            inputs = [tf.cast(x, tf.float32) for x in inputs]
+        dtype = keras.backend.standardize_dtype(inputs[0].dtype)
+        if dtype in ("float16", "bfloat16"):
+            inputs = [ops.cast(x, "float32") for x in inputs]
         old_mean, old_scale = (inputs[2], inputs[3]) if self.uses_kl else (None, None)
         (mean, scale), _ = project_gaussian(
             inputs[0],
@@ -104,7 +104,7 @@ class GaussianProjection(keras.layers.Layer):
             diagonal=self.diagonal,
             average_entropy_over_batch=False,
         )
-        return [tf.cast(mean, dtype), tf.cast(scale, dtype)]
+        return [ops.cast(mean, dtype), ops.cast(scale, dtype)]
 
     def compute_output_shape(self, input_shape):
         return [tuple(input_shape[0]), tuple(input_shape[1])]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import warnings
 
-import tensorflow as tf
+from keras import ops
 
+from keras_structured.projections._tensors import static_rank
 from keras_structured.validation import check_number
 
 
-def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
+def interpolation_coefficient(h_x, h_x0, margin: float = 0.0):
     """The interpolation coefficient ``t`` in ``[0, 1]`` (1 exactly where ``x`` is kept).
 
     With ``margin = m`` the constraint is tightened to ``h(x) <= -m |h(x0)|``, i.e.
@@ -33,7 +34,7 @@ def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
 
     The division only happens where ``h'(x) > 0``, so its denominator is below
     ``(1 - m) h(x0) < 0`` and the unused branch is fed a safe value (double
-    ``tf.where``): no infinities and no NaN gradients, even when ``h(x)`` is barely
+    ``where``): no infinities and no NaN gradients, even when ``h(x)`` is barely
     positive or infinite.
 
     Args:
@@ -45,24 +46,24 @@ def interpolation_coefficient(h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
         ``t`` with shape ``(batch,)``.
 
     Example:
-        >>> interpolation_coefficient([3.0, -0.5], [-1.0, -1.0]).numpy()
+        >>> ops.convert_to_numpy(interpolation_coefficient([3.0, -0.5], [-1.0, -1.0]))
         array([0.25, 1.  ], dtype=float32)
     """
     margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
-    h_x = tf.convert_to_tensor(h_x)
-    h_x0 = tf.cast(tf.convert_to_tensor(h_x0), h_x.dtype)
+    h_x = ops.convert_to_tensor(h_x)
+    h_x0 = ops.cast(ops.convert_to_tensor(h_x0), h_x.dtype)
     shifted_x = h_x - margin * h_x0
     shifted_x0 = (1.0 - margin) * h_x0
     violated = shifted_x > 0
-    denominator = tf.where(violated, shifted_x0 - shifted_x, -tf.ones_like(shifted_x))
-    numerator = tf.where(violated, shifted_x0, -tf.ones_like(shifted_x))
-    coefficient = tf.where(violated, tf.clip_by_value(numerator / denominator, 0.0, 1.0), tf.ones_like(h_x))
-    if coefficient.shape.rank == 2:
-        coefficient = tf.reduce_min(coefficient, axis=-1)
+    denominator = ops.where(violated, shifted_x0 - shifted_x, -ops.ones_like(shifted_x))
+    numerator = ops.where(violated, shifted_x0, -ops.ones_like(shifted_x))
+    coefficient = ops.where(violated, ops.clip(numerator / denominator, 0.0, 1.0), ops.ones_like(h_x))
+    if static_rank(coefficient) == 2:
+        coefficient = ops.min(coefficient, axis=-1)
     return coefficient
 
 
-def mix(x, x0, coefficient=None, *, eta=None) -> tf.Tensor:
+def mix(x, x0, coefficient=None, *, eta=None):
     """``x0 + t (x - x0)`` per batch row, returning ``x`` itself (exactly) where ``t >= 1``.
 
     Args:
@@ -78,7 +79,7 @@ def mix(x, x0, coefficient=None, *, eta=None) -> tf.Tensor:
         TypeError: if neither or both of ``coefficient`` and ``eta`` are given.
 
     Example:
-        >>> mix([[2.0, 0.0], [0.5, 0.5]], [[0.0, 0.0], [0.0, 0.0]], [0.5, 1.0]).numpy()
+        >>> ops.convert_to_numpy(mix([[2.0, 0.0], [0.5, 0.5]], [[0.0, 0.0], [0.0, 0.0]], [0.5, 1.0]))
         array([[1. , 0. ],
                [0.5, 0.5]], dtype=float32)
     """
@@ -93,21 +94,19 @@ def mix(x, x0, coefficient=None, *, eta=None) -> tf.Tensor:
         coefficient = eta
     if coefficient is None:
         raise TypeError("mix() missing the argument coefficient, the interpolation coefficients.")
-    x = tf.convert_to_tensor(x)
-    x0 = tf.cast(tf.convert_to_tensor(x0), x.dtype)
-    t = tf.cast(tf.convert_to_tensor(coefficient), x.dtype)
-    rank = x.shape.rank
-    t = tf.reshape(t, tf.concat([tf.shape(t), tf.ones([rank - 1], tf.int32)], axis=0))
-    keep = tf.broadcast_to(t >= 1.0, tf.shape(x))
-    return tf.where(keep, x, x0 + t * (x - x0))
+    x = ops.convert_to_tensor(x)
+    x0 = ops.cast(ops.convert_to_tensor(x0), x.dtype)
+    t = ops.cast(ops.convert_to_tensor(coefficient), x.dtype)
+    t = ops.reshape(t, (-1,) + (1,) * (static_rank(x) - 1))  # (batch, 1, ..., 1)
+    return ops.where(t >= 1.0, x, x0 + t * (x - x0))
 
 
-def interpolate(x, x0, h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
+def interpolate(x, x0, h_x, h_x0, margin: float = 0.0):
     """Interpolation projection from precomputed constraint values.
 
     Returns ``x`` where ``h(x) <= -margin |h(x0)|`` (all constraints) and
     ``x0 + t (x - x0)`` otherwise, with ``t`` from :func:`interpolation_coefficient`.
-    Pass ``h_x``/``h_x0`` computed by differentiable TF code so gradients flow through
+    Pass ``h_x``/``h_x0`` computed by differentiable code (``keras.ops``) so gradients flow through
     ``t``. Use :meth:`Constraint.project` to also compute ``h``, the anchor and checks.
 
     Args:
@@ -121,9 +120,9 @@ def interpolate(x, x0, h_x, h_x0, margin: float = 0.0) -> tf.Tensor:
         The projected tensor, shaped like ``x``.
 
     Example:
-        >>> x = tf.constant([[3.0, 4.0], [0.3, 0.4]])
-        >>> h = lambda v: tf.norm(v, axis=-1) - 1.0  # unit disc
-        >>> interpolate(x, tf.zeros_like(x), h(x), h(tf.zeros_like(x))).numpy()
+        >>> x = ops.array([[3.0, 4.0], [0.3, 0.4]])
+        >>> h = lambda v: ops.norm(v, axis=-1) - 1.0  # unit disc
+        >>> ops.convert_to_numpy(interpolate(x, ops.zeros_like(x), h(x), h(ops.zeros_like(x))))
         array([[0.6, 0.8],
                [0.3, 0.4]], dtype=float32)
     """

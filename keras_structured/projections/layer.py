@@ -41,12 +41,15 @@ class InterpolationProjection(keras.layers.Layer):
             outside ``[0, 1)``; at build time, for inputs the constraint cannot hold
             on (:meth:`Constraint.check_input_shape`); at call time, for a missing
             reference.
-        tf.errors.InvalidArgumentError: at run time with ``validate_args=True``, for
-            non-finite inputs or an infeasible output.
+        tf.errors.InvalidArgumentError: on TensorFlow, at run time with ``validate_args=True``,
+            for non-finite inputs or an infeasible output (``ValueError`` eagerly on JAX and
+            PyTorch; no check under XLA, ``jax.jit`` or ``torch.compile``).
+
+    The layer runs on every Keras backend (its maths is written with ``keras.ops``).
 
     Example:
         >>> from keras_structured.projections import L2Ball
-        >>> InterpolationProjection(L2Ball(1.0))(np.array([[3.0, 4.0]])).numpy()
+        >>> keras.ops.convert_to_numpy(InterpolationProjection(L2Ball(1.0))(np.array([[3.0, 4.0]])))
         array([[0.6, 0.8]], dtype=float32)
     """
 

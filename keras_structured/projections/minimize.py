@@ -16,6 +16,10 @@ Lipschitz ``h`` the paper proves an ``O(1/sqrt(K))`` rate on ``f(average) - f*``
 a gradient step on ``f`` followed by ``g`` (projected gradient descent with ``g`` in
 place of the Euclidean projection), which stalls on the line along which it first
 leaves ``C`` instead of reaching the optimum.
+
+These solvers run on the TensorFlow backend only: they differentiate ``f o g`` with
+``tf.GradientTape`` inside a ``tf.function`` loop. The projections they call run on every
+backend.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import keras
 import tensorflow as tf
 
 from keras_structured.ops.dtypes import compute_dtype
@@ -42,6 +47,13 @@ def _identity_prepare(constraint: Constraint) -> bool:
 
 def _setup(constraint: Constraint, x_init, anchor):
     """Batched iterate, anchor (prepared space), ``|h(x0)|`` and whether a batch axis was added."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise NotImplementedError(
+            "minimize, projected_interpolation_descent and default_step_size run on the TensorFlow "
+            "backend only (they differentiate with tf.GradientTape in a tf.function loop); the "
+            f"projections themselves run on every backend. Received: backend={backend!r}"
+        )
     if not isinstance(constraint, Constraint):
         raise ValueError(f"constraint must be a Constraint. Received: constraint={constraint!r}")
     if constraint.needs_reference:
@@ -59,7 +71,7 @@ def _setup(constraint: Constraint, x_init, anchor):
         x0 = constraint.anchor(prepared)
     else:
         x0 = tf.broadcast_to(tf.cast(tf.convert_to_tensor(anchor), dtype), tf.shape(prepared))
-    constraint.check_anchor(x0, strict=True)  # no round-off slack: |h(x0)| is the scale
+    x0 = constraint.check_anchor(x0, strict=True)  # no round-off slack: |h(x0)| is the scale
     scale = -constraint.h(x0)  # (batch,), > 0: h / scale has h(x0) = -1
     return x, x0, scale, unbatched
 

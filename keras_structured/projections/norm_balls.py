@@ -13,8 +13,9 @@ from __future__ import annotations
 import abc
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from keras_structured.projections._tensors import broadcast_like, constant, rows_shape
 from keras_structured.projections.constraints import (
     Bound,
     Constraint,
@@ -24,10 +25,6 @@ from keras_structured.projections.constraints import (
     check_array,
     check_bound,
 )
-
-
-def _flatten_rows(x: tf.Tensor) -> tf.Tensor:
-    return tf.reshape(x, [tf.shape(x)[0], -1])
 
 
 class _NormBall(Constraint):
@@ -40,21 +37,21 @@ class _NormBall(Constraint):
     def _offset(self, x):
         if self.center is None:
             return x
-        return x - tf.constant(self.center, x.dtype)
+        return x - constant(self.center, x.dtype)
 
     @abc.abstractmethod
-    def _norm(self, d: tf.Tensor) -> tf.Tensor:
+    def _norm(self, d):
         """The norm of every row of ``d`` ``(batch, size)``."""
 
     def h(self, x, reference=None):
-        x = tf.convert_to_tensor(x)
-        norms = self._norm(_flatten_rows(self._offset(x)))
+        x = ops.convert_to_tensor(x)
+        norms = self._norm(ops.reshape(self._offset(x), rows_shape(x, -1)))
         return norms - bound_tensor(self.radius, norms)
 
     def anchor(self, x, reference=None):
         if self.center is None:
-            return tf.zeros_like(x)
-        return tf.broadcast_to(tf.constant(self.center, x.dtype), tf.shape(x))
+            return ops.zeros_like(x)
+        return broadcast_like(constant(self.center, x.dtype), x)
 
     def get_config(self):
         return {"radius": bound_config("radius", self.radius), "center": _as_config_array(self.center)}
@@ -69,12 +66,12 @@ class L1Ball(_NormBall):
         center: optional array broadcastable to one row (default: origin).
 
     Example:
-        >>> L1Ball(1.0).project(tf.constant([[3.0, -1.0]])).numpy()
+        >>> ops.convert_to_numpy(L1Ball(1.0).project(np.array([[3.0, -1.0]], "float32")))
         array([[ 0.75, -0.25]], dtype=float32)
     """
 
     def _norm(self, d):
-        return tf.reduce_sum(tf.abs(d), axis=-1)
+        return ops.sum(ops.abs(d), axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -88,14 +85,14 @@ class L2Ball(_NormBall):
         center: optional array broadcastable to one row (default: origin).
 
     Example:
-        >>> L2Ball(1.0, center=[1.0, 0.0]).project(tf.constant([[4.0, 4.0]])).numpy()
+        >>> ops.convert_to_numpy(L2Ball(1.0, center=[1.0, 0.0]).project(np.array([[4.0, 4.0]], "float32")))
         array([[1.6, 0.8]], dtype=float32)
     """
 
     def _norm(self, d):
-        squared = tf.reduce_sum(tf.square(d), axis=-1)
+        squared = ops.sum(ops.square(d), axis=-1)
         positive = squared > 0
-        return tf.where(positive, tf.sqrt(tf.where(positive, squared, tf.ones_like(squared))), 0.0)
+        return ops.where(positive, ops.sqrt(ops.where(positive, squared, ops.ones_like(squared))), 0.0)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -107,9 +104,9 @@ class LinfBall(_NormBall):
         center: optional array broadcastable to one row (default: origin).
 
     Example:
-        >>> LinfBall(1.0).project(tf.constant([[4.0, -2.0]])).numpy()
+        >>> ops.convert_to_numpy(LinfBall(1.0).project(np.array([[4.0, -2.0]], "float32")))
         array([[ 1. , -0.5]], dtype=float32)
     """
 
     def _norm(self, d):
-        return tf.reduce_max(tf.abs(d), axis=-1)
+        return ops.max(ops.abs(d), axis=-1)

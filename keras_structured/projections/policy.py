@@ -34,9 +34,9 @@ away from ``q`` in general.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import tensorflow as tf
+from keras import ops
 
 from keras_structured.projections.categorical import EntropyLowerBound, KLTrustRegion
 from keras_structured.projections.constraints import Bound
@@ -52,9 +52,9 @@ class ProjectionInfo(NamedTuple):
     """
 
     #: the entropy projection changed the row.
-    entropy_active: tf.Tensor
+    entropy_active: Any
     #: the KL projection changed the row (for Gaussians: its mean or its covariance).
-    kl_active: tf.Tensor
+    kl_active: Any
 
 
 def project_categorical(
@@ -63,7 +63,7 @@ def project_categorical(
     min_entropy: Bound | None = None,
     epsilon: Bound | None = None,
     average_over_batch: bool = False,
-) -> tuple[tf.Tensor, ProjectionInfo]:
+) -> tuple[Any, ProjectionInfo]:
     """Projects categorical distributions onto ``{H(p) >= min_entropy, KL(p || q) <= epsilon}``.
 
     Entropy first, then KL (module docstring): with the uniform distribution ``u`` and
@@ -96,11 +96,11 @@ def project_categorical(
 
     Example:
         >>> from keras_structured.projections import entropy, kl_divergence
-        >>> q = tf.constant([[0.5, 0.5]])
-        >>> p, info = project_categorical(tf.constant([[1.0, 0.0]]), q, min_entropy=0.3, epsilon=0.1)
+        >>> q = np.array([[0.5, 0.5]], "float32")
+        >>> p, info = project_categorical(np.array([[1.0, 0.0]], "float32"), q, min_entropy=0.3, epsilon=0.1)
         >>> bool(entropy(p)[0] >= 0.3 - 1e-6), bool(kl_divergence(p, q)[0] <= 0.1 + 1e-6)
         (True, True)
-        >>> info.entropy_active.numpy(), info.kl_active.numpy()
+        >>> ops.convert_to_numpy(info.entropy_active), ops.convert_to_numpy(info.kl_active)
         (array([ True]), array([ True]))
     """
     if min_entropy is None and epsilon is None:
@@ -109,8 +109,8 @@ def project_categorical(
         )
     if epsilon is not None and old_probs is None:
         raise ValueError(f"A KL bound needs old_probs. Received: epsilon={epsilon!r}, old_probs=None")
-    probs = tf.convert_to_tensor(probs)
-    inactive = tf.zeros(tf.shape(probs)[:1], tf.bool)
+    probs = ops.convert_to_tensor(probs)
+    inactive = ops.zeros(ops.shape(probs)[:1], "bool")
     entropy_active = kl_active = inactive
     if min_entropy is not None:
         probs, coefficient = EntropyLowerBound(min_entropy).project(
@@ -136,7 +136,7 @@ def project_gaussian(
     average_over_batch: bool = False,
     diagonal: bool = False,
     average_entropy_over_batch: bool | None = None,
-) -> tuple[tuple[tf.Tensor, tf.Tensor], ProjectionInfo]:
+) -> tuple[tuple[Any, Any], ProjectionInfo]:
     """Projects ``N(m, L L^T)`` onto an entropy bound and the decomposed KL trust region to ``N(b, Q)``.
 
     Entropy first, then KL (module docstring):
@@ -175,11 +175,12 @@ def project_gaussian(
     Raises:
         ValueError: if no bound is given, only one KL bound is, the KL bounds come
             without the old Gaussian, or a bound is invalid.
-        tf.errors.InvalidArgumentError: if the inputs have NaN or infinite entries.
+        tf.errors.InvalidArgumentError: on TensorFlow, if the inputs have NaN or infinite
+            entries (``ValueError`` on JAX and PyTorch where the values are known).
 
     Example:
         >>> from keras_structured.projections import gaussian_entropy, gaussian_kl_parts
-        >>> b, q = tf.zeros([1, 2], tf.float64), tf.ones([1, 2], tf.float64)
+        >>> b, q = np.zeros([1, 2]), np.ones([1, 2])
         >>> (m, s), info = project_gaussian(b + 3.0, 0.1 * q, b, q, min_entropy=2.5, epsilon_mean=0.1,
         ...                                 epsilon_cov=0.2, diagonal=True)
         >>> kl_m, kl_c = gaussian_kl_parts(m, s, b, q, diagonal=True)
@@ -204,14 +205,14 @@ def project_gaussian(
         )
     if average_entropy_over_batch is None:
         average_entropy_over_batch = average_over_batch
-    mean, scale = tf.convert_to_tensor(mean), scale_tril
-    batch = tf.shape(mean)[:1]
-    entropy_active = kl_active = tf.zeros(batch, tf.bool)
+    mean, scale = ops.convert_to_tensor(mean), scale_tril
+    batch = ops.shape(mean)[:1]
+    entropy_active = kl_active = ops.zeros(batch, "bool")
     if min_entropy is not None:
         mean, scale, c = project_gaussian_entropy(
             mean, scale, min_entropy, diagonal, average_entropy_over_batch, return_coefficient=True
         )
-        entropy_active = tf.broadcast_to(c > 1.0, batch)
+        entropy_active = ops.broadcast_to(c > 1.0, batch)
     if uses_kl:
         mean, scale, coefficient_mean, coefficient_cov = project_gaussian_kl(
             mean,
@@ -224,5 +225,5 @@ def project_gaussian(
             diagonal,
             return_coefficients=True,
         )
-        kl_active = tf.broadcast_to((coefficient_mean < 1.0) | (coefficient_cov < 1.0), batch)
+        kl_active = ops.broadcast_to(ops.logical_or(coefficient_mean < 1.0, coefficient_cov < 1.0), batch)
     return (mean, scale), ProjectionInfo(entropy_active, kl_active)

@@ -22,15 +22,14 @@ import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from keras_structured.projections._tensors import broadcast_like, constant, mean, rows_shape
 from keras_structured.projections.constraints import Constraint, check_array, roundoff
 from keras_structured.validation import check_number
 
 
-def affine_rows_interpolation_coefficient(
-    rows_x: tf.Tensor, rows_x0: tf.Tensor, margin: float = 0.0, rho=0.0
-) -> tf.Tensor:
+def affine_rows_interpolation_coefficient(rows_x, rows_x0, margin: float = 0.0, rho=0.0):
     """Largest ``t`` in ``[0, 1]`` with ``r_i(x0 + t (x - x0)) <= -s - rho_i`` for every row,
     ``s = margin |max_i r_i(x0)|``, or 1 where ``x`` itself meets ``max_i r_i(x) <= -s``.
 
@@ -49,26 +48,26 @@ def affine_rows_interpolation_coefficient(
         ``t`` of shape ``(batch,)``, exactly 1 where no row is violated.
 
     Example:
-        >>> affine_rows_interpolation_coefficient([[3.0, -1.0]], [[-1.0, -1.0]]).numpy()
+        >>> ops.convert_to_numpy(affine_rows_interpolation_coefficient([[3.0, -1.0]], [[-1.0, -1.0]]))
         array([0.25], dtype=float32)
     """
     margin = check_number("margin", margin, minimum=0, maximum=1, open_maximum=True)
-    rows_x = tf.convert_to_tensor(rows_x)
-    rows_x0 = tf.cast(tf.convert_to_tensor(rows_x0), rows_x.dtype)
-    rho = tf.cast(tf.convert_to_tensor(rho), rows_x.dtype)
-    slack = margin * tf.abs(tf.reduce_max(rows_x0, axis=-1, keepdims=True))  # margin |h(x0)|
-    violated = tf.reduce_any(rows_x + slack > 0, axis=-1)
+    rows_x = ops.convert_to_tensor(rows_x)
+    rows_x0 = ops.cast(ops.convert_to_tensor(rows_x0), rows_x.dtype)
+    rho = ops.cast(ops.convert_to_tensor(rho), rows_x.dtype)
+    slack = margin * ops.abs(ops.max(rows_x0, axis=-1, keepdims=True))  # margin |h(x0)|
+    violated = ops.any(rows_x + slack > 0, axis=-1)
     start = rows_x0 + slack + rho
     blocking = rows_x + slack + rho > 0
-    crossing = blocking & (start < 0)  # implies rows_x > rows_x0: a positive slope
-    slope = tf.where(crossing, rows_x - rows_x0, tf.ones_like(rows_x))
-    t = tf.where(
-        crossing, tf.clip_by_value(-start / slope, 0.0, 1.0), tf.cast(tf.logical_not(blocking), rows_x.dtype)
+    crossing = ops.logical_and(blocking, start < 0)  # implies rows_x > rows_x0: a positive slope
+    slope = ops.where(crossing, rows_x - rows_x0, ops.ones_like(rows_x))
+    t = ops.where(
+        crossing, ops.clip(-start / slope, 0.0, 1.0), ops.cast(ops.logical_not(blocking), rows_x.dtype)
     )
-    return tf.where(violated, tf.reduce_min(t, axis=-1), tf.ones_like(violated, rows_x.dtype))
+    return ops.where(violated, ops.min(t, axis=-1), ops.ones_like(violated, rows_x.dtype))
 
 
-def affine_rows_eta(rows_x, rows_x0, margin: float = 0.0, rho=0.0) -> tf.Tensor:
+def affine_rows_eta(rows_x, rows_x0, margin: float = 0.0, rho=0.0):
     """Deprecated: :func:`affine_rows_interpolation_coefficient`."""
     warnings.warn(
         "affine_rows_eta is deprecated; use affine_rows_interpolation_coefficient.",
@@ -78,20 +77,30 @@ def affine_rows_eta(rows_x, rows_x0, margin: float = 0.0, rho=0.0) -> tf.Tensor:
     return affine_rows_interpolation_coefficient(rows_x, rows_x0, margin, rho)
 
 
+def _matvec(matrix, x):
+    """``matrix x`` for each row of ``x`` (``(m, d)`` by ``(batch, d)``: ``(batch, m)``)."""
+    return ops.squeeze(matrix @ ops.expand_dims(x, -1), -1)
+
+
+def _number(value: float, dtype):
+    """A Python float as a scalar tensor of ``dtype``, through float32 (as ``tf.cast`` rounds it)."""
+    return ops.cast(np.float32(value), dtype)
+
+
 class _AffineRows(Constraint):
     @abc.abstractmethod
-    def rows(self, x: tf.Tensor) -> tf.Tensor:
+    def rows(self, x):
         """Affine row values ``(A x - b)_i``, shape ``(batch, m)``; ``h = max`` of them."""
 
     @abc.abstractmethod
-    def row_magnitudes(self, x: tf.Tensor) -> tf.Tensor:
+    def row_magnitudes(self, x):
         """The magnitudes ``(|A| |x| + |b|)_i`` of the terms of each row, shape ``(batch, m)``."""
 
     def h(self, x, reference=None):
-        return tf.reduce_max(self.rows(tf.convert_to_tensor(x)), axis=-1)
+        return ops.max(self.rows(ops.convert_to_tensor(x)), axis=-1)
 
     def magnitude(self, x, reference=None):
-        return tf.reduce_max(self.row_magnitudes(tf.convert_to_tensor(x)), axis=-1)
+        return ops.max(self.row_magnitudes(ops.convert_to_tensor(x)), axis=-1)
 
     def interpolation_coefficient(self, x, x0, reference=None, margin=0.0):
         rho = roundoff(self.row_magnitudes(x) + self.row_magnitudes(x0))
@@ -109,7 +118,8 @@ class Polytope(_AffineRows):
 
     Example:
         >>> box = Polytope([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0], interior_point=[0.0, 0.0])
-        >>> np.round(box.project(tf.constant([[4.0, 2.0]])).numpy(), 4)  # a few ulps inside
+        >>> out = box.project(np.array([[4.0, 2.0]], "float32"))
+        >>> np.round(ops.convert_to_numpy(out), 4)  # a few ulps inside
         array([[1. , 0.5]], dtype=float32)
     """
 
@@ -135,15 +145,13 @@ class Polytope(_AffineRows):
             )
 
     def rows(self, x):
-        return tf.linalg.matvec(tf.constant(self.A, x.dtype), x) - tf.constant(self.b, x.dtype)
+        return _matvec(constant(self.A, x.dtype), x) - constant(self.b, x.dtype)
 
     def row_magnitudes(self, x):
-        return tf.linalg.matvec(tf.constant(np.abs(self.A), x.dtype), tf.abs(x)) + tf.constant(
-            np.abs(self.b), x.dtype
-        )
+        return _matvec(constant(np.abs(self.A), x.dtype), ops.abs(x)) + constant(np.abs(self.b), x.dtype)
 
     def anchor(self, x, reference=None):
-        return tf.broadcast_to(tf.constant(self.interior_point, x.dtype), tf.shape(x))
+        return broadcast_like(constant(self.interior_point, x.dtype), x)
 
     def get_config(self):
         return {"A": self.A.tolist(), "b": self.b.tolist(), "interior_point": self.interior_point.tolist()}
@@ -160,8 +168,9 @@ class Halfspace(Polytope):
             ``a (b - ||a||) / ||a||^2`` (at distance 1 inside the boundary).
 
     Example:
-        >>> out = Halfspace([1.0, 1.0], 1.0, interior_point=[0.0, 0.0]).project(tf.constant([[2.0, 2.0]]))
-        >>> np.round(out.numpy(), 4)  # a few ulps inside
+        >>> halfspace = Halfspace([1.0, 1.0], 1.0, interior_point=[0.0, 0.0])
+        >>> out = halfspace.project(np.array([[2.0, 2.0]], "float32"))
+        >>> np.round(ops.convert_to_numpy(out), 4)  # a few ulps inside
         array([[0.5, 0.5]], dtype=float32)
     """
 
@@ -196,7 +205,7 @@ class Monotone(_AffineRows):
         anchor_gap: positive extra step of the anchor ramp.
 
     Example:
-        >>> np.round(Monotone().project(tf.constant([[1.0, 0.0, 2.0]])).numpy(), 4)  # a few ulps inside
+        >>> np.round(ops.convert_to_numpy(Monotone().project(np.array([[1.0, 0.0, 2.0]], "float32"))), 4)
         array([[0.5, 0.5, 2. ]], dtype=float32)
     """
 
@@ -212,20 +221,20 @@ class Monotone(_AffineRows):
 
     def rows(self, x):
         self._check_size(x)
-        rows = x[..., :-1] - x[..., 1:] + tf.cast(self.spacing, x.dtype)
-        return tf.reshape(rows, [tf.shape(x)[0], -1])
+        rows = x[..., :-1] - x[..., 1:] + _number(self.spacing, x.dtype)
+        return ops.reshape(rows, rows_shape(x, -1))
 
     def row_magnitudes(self, x):
         self._check_size(x)
-        magnitudes = tf.abs(x[..., :-1]) + tf.abs(x[..., 1:]) + tf.cast(abs(self.spacing), x.dtype)
-        return tf.reshape(magnitudes, [tf.shape(x)[0], -1])
+        magnitudes = ops.abs(x[..., :-1]) + ops.abs(x[..., 1:]) + _number(abs(self.spacing), x.dtype)
+        return ops.reshape(magnitudes, rows_shape(x, -1))
 
     def anchor(self, x, reference=None):
         self._check_size(x)
-        size = tf.shape(x)[-1]
-        ramp = tf.cast(tf.range(size), x.dtype) - tf.cast(size - 1, x.dtype) / 2.0
-        step = tf.cast(self.spacing + self.anchor_gap, x.dtype)
-        return tf.reduce_mean(x, axis=-1, keepdims=True) + step * ramp
+        size = ops.shape(x)[-1]
+        ramp = ops.arange(size, dtype=x.dtype) - ops.cast(size - 1, x.dtype) / 2.0
+        step = _number(self.spacing + self.anchor_gap, x.dtype)
+        return mean(x, axis=-1, keepdims=True) + step * ramp
 
     def get_config(self):
         return {"spacing": self.spacing, "anchor_gap": self.anchor_gap}

@@ -16,7 +16,11 @@ pass, which applies the closed-form Jacobian of the final active set (Niculae et
 JAX callbacks must declare their result shapes, so the JAX and PyTorch adapters leave the
 active sets on the host (:data:`._host.SUPPORTS`) and pass handles to them from the
 forward call to the backward one; the backward call also receives the scores, and solves
-them again when the store no longer holds their support. Their host functions are the
+them again when the store no longer holds their support. For the same reason the solver's
+info (whose number of structures depends on the data) comes padded to a static bound,
+:func:`._host.max_support`, where shapes must be known before the call: under JAX
+transformations (``jax.jit``, ``jax.grad``, ``jax.vmap``) and ``torch.compile``. Eager
+calls return it as TensorFlow does, with the batch's largest support. Their host functions are the
 methods of one :class:`._host.HostSolve` per call site (structure, options, ranks of the
 arguments), which :func:`._host.host_solve` finds or creates. Importing this package imports
 the adapter of the backend Keras runs on, and no other: the library imports without JAX
@@ -31,9 +35,9 @@ import importlib
 import keras
 
 from keras_structured.engine import SolverOptions, Structure
-from keras_structured.ops.host_call._host import SUPPORTS, HostSolve, SupportStore, host_solve
+from keras_structured.ops.host_call._host import SUPPORTS, HostSolve, SupportStore, host_solve, max_support
 
-__all__ = ["SUPPORTS", "HostSolve", "SupportStore", "host_solve", "solve"]
+__all__ = ["SUPPORTS", "HostSolve", "SupportStore", "decode", "host_solve", "max_support", "solve"]
 
 _ADAPTERS = {"tensorflow": "_tf", "jax": "_jax", "torch": "_torch"}
 
@@ -46,6 +50,29 @@ def _import_adapter(backend: str):
 
 
 _ADAPTER = keras.backend.backend(), _import_adapter(keras.backend.backend())
+
+
+def _adapter():
+    """``(backend, adapter module)`` of the backend Keras runs on now."""
+    backend, adapter = _ADAPTER
+    if backend != keras.backend.backend():  # keras.config.set_backend was called since
+        backend = keras.backend.backend()
+        adapter = _import_adapter(backend)
+    if adapter is None:
+        raise ValueError(
+            "SparseMAP runs on the TensorFlow, JAX and PyTorch backends of Keras. "
+            f"Received: backend={backend!r}"
+        )
+    return backend, adapter
+
+
+def _ranks(scores_u, scores_v, lengths) -> tuple:
+    """The per-example ranks of the arguments (after their batch dimension)."""
+    return (
+        len(scores_u.shape) - 1,
+        len(scores_v.shape) - 1,
+        None if lengths is None else len(lengths.shape) - 1,
+    )
 
 
 def solve(
@@ -68,43 +95,61 @@ def solve(
         scores_v: ``(batch, *v_shape)`` scores of the same dtype.
         lengths: optional integer per-example sizes.
         jacobian: make ``(u, v)`` differentiable (else the scores get no gradient).
-        info: (TensorFlow only) also return the weights, codes, gaps, MAP calls and
-            convergence flags of the solution (their sizes depend on the data).
+        info: also return the weights ``(batch, k)``, codes ``(batch, k, *code_shape)``
+            (padded with -1), gaps, MAP calls and convergence flags of the solution. ``k``
+            is the batch's largest support, except under JAX transformations and
+            ``torch.compile``, which need static shapes: there :func:`max_support`.
+            The info carries no gradient.
 
     Returns:
-        ``[u, v]`` shaped and typed like the scores, then the five info tensors when ``info``.
+        ``[u, v]`` shaped and typed like the scores, then the five info arrays when ``info``
+        (weights and gaps in the dtype of the scores; codes int32 on JAX without 64-bit types).
 
     Raises:
-        ValueError: for ``info=True`` on a backend other than TensorFlow, or a backend
-            without an adapter.
+        ValueError: on a backend without an adapter.
 
     Example:
-        >>> from keras_structured.engine import SimplexStructure, SolverOptions
+        >>> from keras_structured.engine import SimplexStructure
         >>> scores = keras.ops.convert_to_tensor([[1.0, 0.5, -1.0]], "float64")
         >>> u, v = solve(SimplexStructure(), SolverOptions(), scores, keras.ops.zeros((1, 0), "float64"))
         >>> keras.ops.convert_to_numpy(u)
         array([[0.75, 0.25, 0.  ]])
     """
-    backend, adapter = _ADAPTER
-    if backend != keras.backend.backend():  # keras.config.set_backend was called since
-        backend = keras.backend.backend()
-        adapter = _import_adapter(backend)
+    backend, adapter = _adapter()
     if backend == "tensorflow":
         return adapter.solve_on_host(structure, options, scores_u, scores_v, lengths, jacobian, info)
-    if adapter is None:
-        raise ValueError(
-            "SparseMAP runs on the TensorFlow, JAX and PyTorch backends of Keras. "
-            f"Received: backend={backend!r}"
-        )
-    if info:
-        raise ValueError(
-            "The solver's info (weights and structures of the solution, return_info=True or "
-            "return_structures=True) has a size that depends on the data: it is only returned on the "
-            f"TensorFlow backend. Received: backend={backend!r}"
-        )
-    ranks = (
-        len(scores_u.shape) - 1,
-        len(scores_v.shape) - 1,
-        None if lengths is None else len(lengths.shape) - 1,
-    )
-    return adapter.solve(structure, options, ranks, scores_u, scores_v, lengths, jacobian)
+    ranks = _ranks(scores_u, scores_v, lengths)
+    return adapter.solve(structure, options, ranks, scores_u, scores_v, lengths, jacobian, info)
+
+
+def decode(structure: Structure, scores_u, scores_v, lengths=None) -> list:
+    """MAP decoding of a batch of scores by one host call, on the backend of Keras:
+    ``argmax_s <scores_u, m_s> + <scores_v, n_s>`` for every example.
+
+    The result is piecewise constant in the scores: it carries no gradient.
+
+    Args:
+        structure: the :class:`~keras_structured.engine.Structure`.
+        scores_u: ``(batch, *u_shape)`` float scores, tensors of the backend.
+        scores_v: ``(batch, *v_shape)`` scores of the same dtype.
+        lengths: optional integer per-example sizes.
+
+    Returns:
+        ``[codes, m, n]``: the codes ``(batch, *code_shape)`` of the structure's
+        ``code_dtype`` (int32 for int64 on JAX without 64-bit types) and the indicator
+        vectors, shaped and typed like the scores.
+
+    Raises:
+        ValueError: on a backend without an adapter.
+
+    Example:
+        >>> from keras_structured.engine import SimplexStructure
+        >>> scores = keras.ops.convert_to_tensor([[1.0, 0.5, -1.0]])
+        >>> codes, m, n = decode(SimplexStructure(), scores, keras.ops.zeros((1, 0)))
+        >>> keras.ops.convert_to_numpy(codes), keras.ops.convert_to_numpy(m)
+        (array([0]), array([[1., 0., 0.]], dtype=float32))
+    """
+    backend, adapter = _adapter()
+    if backend == "tensorflow":
+        return adapter.decode_on_host(structure, scores_u, scores_v, lengths)
+    return adapter.decode(structure, _ranks(scores_u, scores_v, lengths), scores_u, scores_v, lengths)

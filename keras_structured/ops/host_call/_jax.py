@@ -7,6 +7,12 @@ second callback that applies the Jacobian. That product is a ``custom_vjp`` too,
 backward the same product (the Jacobian is symmetric), so gradients of gradients work.
 Without differentiation, JAX runs the primal function, whose callback keeps nothing.
 
+The solver's info comes out of the same callbacks, after ``(u, v)``, and gets no gradient.
+Its size depends on the data, so traced calls pad it to the static bound of
+:func:`._host.max_support`; an eager call (concrete arrays, nothing traced) calls the host
+directly and returns the batch's largest support, as TensorFlow does. MAP decoding
+(:func:`decode`) is one callback on scores whose gradient is stopped.
+
 ``jax.vmap``: every callback uses ``vmap_method="broadcast_all"`` (:data:`VMAP_METHOD`). A
 vmapped call then makes one host call, with the mapped dimensions leading every argument
 (broadcast where an argument is not mapped), which the host functions fold into the batch:
@@ -23,6 +29,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from keras_structured.engine import SolverOptions, Structure
 from keras_structured.ops.host_call._host import HostSolve, host_solve
@@ -31,17 +38,53 @@ from keras_structured.ops.host_call._host import HostSolve, host_solve
 VMAP_METHOD = "broadcast_all"
 
 
-def solve(structure: Structure, options: SolverOptions, ranks: tuple, scores_u, scores_v, lengths, jacobian):
-    """``[u, v]`` for the scores, differentiable when ``jacobian``."""
-    host = host_solve(structure, options, ranks)
+def _code_dtype(structure: Structure) -> np.dtype:
+    """The structure's code dtype as JAX holds it (int32 for int64 without 64-bit types)."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(structure.code_dtype))
+
+
+def _traced(*arrays) -> bool:
+    return any(isinstance(array, jax.core.Tracer) for array in arrays)
+
+
+def solve(
+    structure: Structure,
+    options: SolverOptions,
+    ranks: tuple,
+    scores_u,
+    scores_v,
+    lengths,
+    jacobian: bool,
+    info: bool = False,
+):
+    """``[u, v]`` for the scores, differentiable when ``jacobian``; then the five info arrays
+    when ``info`` (see the module docstring for their size)."""
+    if info and not _traced(scores_u, scores_v, lengths):
+        host = host_solve(structure, options, ranks, info="batch", code_dtype=_code_dtype(structure))
+        arrays = (None if array is None else np.asarray(array) for array in (scores_u, scores_v, lengths))
+        return [jnp.asarray(array) for array in host.values(*arrays)]
+    code_dtype = _code_dtype(structure) if info else None
+    host = host_solve(structure, options, ranks, info="bound" if info else None, code_dtype=code_dtype)
     if not jacobian:
         scores_u, scores_v = jax.lax.stop_gradient(scores_u), jax.lax.stop_gradient(scores_v)
         return list(_values(host, scores_u, scores_v, lengths))
     return list(_sparsemap(host, scores_u, scores_v, lengths))
 
 
+def decode(structure: Structure, ranks: tuple, scores_u, scores_v, lengths):
+    """``[codes, m, n]`` of the MAP structures, by one callback; no gradient."""
+    host = host_solve(structure, SolverOptions(), ranks, code_dtype=_code_dtype(structure))
+    scores_u, scores_v = jax.lax.stop_gradient(scores_u), jax.lax.stop_gradient(scores_v)
+    results = _specs(host.decode_specs(scores_u, scores_v))
+    return list(_callback(host.decode, results, scores_u, scores_v, lengths=lengths))
+
+
 def _results_like(*arrays):
     return tuple(jax.ShapeDtypeStruct(array.shape, array.dtype) for array in arrays)
+
+
+def _specs(specs) -> tuple:
+    return tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs)
 
 
 def _callback(function, results, *arrays, lengths):
@@ -50,7 +93,8 @@ def _callback(function, results, *arrays, lengths):
 
 
 def _values(host: HostSolve, scores_u, scores_v, lengths):
-    return _callback(host.values, _results_like(scores_u, scores_v), scores_u, scores_v, lengths=lengths)
+    results = _results_like(scores_u, scores_v) + _specs(host.info_specs(scores_u, scores_v))
+    return _callback(host.values, results, scores_u, scores_v, lengths=lengths)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -60,14 +104,14 @@ def _sparsemap(host: HostSolve, scores_u, scores_v, lengths):
 
 def _sparsemap_forward(host: HostSolve, scores_u, scores_v, lengths):
     handles = jax.ShapeDtypeStruct(host.leading_shape(scores_u) + (2,), jnp.int32)
-    results = (*_results_like(scores_u, scores_v), handles)
-    u, v, handles = _callback(host.forward, results, scores_u, scores_v, lengths=lengths)
-    return (u, v), (handles, scores_u, scores_v, lengths)
+    results = (*_results_like(scores_u, scores_v), handles, *_specs(host.info_specs(scores_u, scores_v)))
+    u, v, handles, *info = _callback(host.forward, results, scores_u, scores_v, lengths=lengths)
+    return (u, v, *info), (handles, scores_u, scores_v, lengths)
 
 
 def _sparsemap_backward(host: HostSolve, residuals, cotangents):
     handles, scores_u, scores_v, lengths = residuals
-    j_u, j_v = _jacobian_product(host, handles, scores_u, scores_v, lengths, *cotangents)
+    j_u, j_v = _jacobian_product(host, handles, scores_u, scores_v, lengths, *cotangents[:2])
     return j_u, j_v, None
 
 

@@ -3,17 +3,20 @@
 The forward call returns the active set's Jacobian factors as tensors (TensorFlow's
 results may have data-dependent shapes), and the backward pass applies them in a second
 ``tf.numpy_function``, itself differentiable: the Jacobian is symmetric, so the gradient
-of a Jacobian product is the same product.
+of a Jacobian product is the same product. MAP decoding is one ``tf.numpy_function``
+without gradient.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+
 import tensorflow as tf
 
 from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
-from keras_structured.ops.invalid_scores import raising_invalid_scores
+from keras_structured.ops.host_call._host import map_decode_arrays, pad_codes
+from keras_structured.ops.invalid_inputs import raising_invalid_scores
 
 # The dtype of the solver, its Jacobian factors and their products.
 SOLVER_DTYPE = tf.float64
@@ -87,17 +90,6 @@ def _jacobian_product(support: Support, x_u: tf.Tensor, x_v: tf.Tensor) -> tuple
     return product(x_u, x_v)
 
 
-def _pad_codes(structures, weights, shape, code_dtype):
-    """Stack per-example structure codes (each of per-structure ``shape``) and weights,
-    padded with -1 and 0."""
-    k = max((len(w) for w in weights), default=0)
-    codes = np.full((len(weights), k) + tuple(shape), -1, dtype=code_dtype)
-    padded = np.zeros((len(weights), k))
-    for b, (s, w) in enumerate(zip(structures, weights, strict=False)):
-        codes[b, : len(w)], padded[b, : len(w)] = s, w
-    return codes, padded
-
-
 def _solver_outputs(
     structure: Structure, inputs: list[tf.Tensor], options: SolverOptions, jacobian: bool, return_info: bool
 ) -> list[tf.Tensor]:
@@ -116,7 +108,7 @@ def _solver_outputs(
             if solution.structures
             else structure.code_shape(values_u.shape[1:], values_v.shape[1:])
         )
-        codes, weights = _pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
+        codes, weights = pad_codes(solution.structures, solution.weights, shape, structure.code_dtype)
         info = (weights, codes, solution.gap, solution.map_calls.astype("int32"), solution.converged)
         return outputs + info
 
@@ -132,3 +124,24 @@ def _solver_outputs(
     outputs[0].set_shape(inputs[0].shape)
     outputs[1].set_shape(inputs[1].shape)
     return outputs
+
+
+def decode_on_host(
+    structure: Structure, scores_u: tf.Tensor, scores_v: tf.Tensor, lengths
+) -> list[tf.Tensor]:
+    """``[codes, m, n]`` of the MAP structures, by one ``tf.numpy_function`` (no gradient);
+    static shapes where the scores' are (the codes' from the structure)."""
+    inputs = [scores_u, scores_v] + ([] if lengths is None else [lengths])
+    codes, m, n = tf.numpy_function(
+        raising_invalid_scores(functools.partial(map_decode_arrays, structure)),
+        inputs,
+        [tf.as_dtype(structure.code_dtype), scores_u.dtype, scores_v.dtype],
+        stateful=False,
+        name="map_decode",
+    )
+    static_code_shape = structure.code_shape(tuple(scores_u.shape[1:]), tuple(scores_v.shape[1:]))
+    if static_code_shape is not None:
+        codes.set_shape((scores_u.shape[0],) + static_code_shape)
+    m.set_shape(scores_u.shape)
+    n.set_shape(scores_v.shape)
+    return [codes, m, n]

@@ -1,4 +1,4 @@
-"""The PyTorch adapter: three ``torch.library.custom_op``s, with autograd and fake kernels.
+"""The PyTorch adapter: ``torch.library.custom_op``s, with autograd and fake kernels.
 
 * ``keras_structured::sparsemap_values`` returns ``(u, v)``: the call without gradients
   (``torch.no_grad()``, as in Keras's ``predict`` and ``evaluate``, or scores that
@@ -6,7 +6,10 @@
 * ``keras_structured::sparsemap_forward`` also returns per-example handles to the active
   sets, kept on the host; its autograd formula calls
 * ``keras_structured::sparsemap_jacobian``, the Jacobian product, whose own autograd
-  formula is the same product (the Jacobian is symmetric): double backward works.
+  formula is the same product (the Jacobian is symmetric): double backward works;
+* ``keras_structured::sparsemap_values_info`` and ``keras_structured::sparsemap_forward_info``
+  are the first two with the solver's info after their results (no gradient);
+* ``keras_structured::map_decode`` is MAP decoding (no gradient).
 
 The ops name their :class:`~keras_structured.ops.host_call._host.HostSolve` by an integer,
 since an op takes no Python objects; ``torch.compile`` looks it up once, when it traces.
@@ -15,9 +18,15 @@ Their fake kernels give the result shapes without running the engine, which is a
 graph calls the ops as opaque host functions, without a graph break
 (``fullgraph=True`` works). The ops copy tensors of any device to the host and their
 results back.
+
+The info's number of structures depends on the data: eagerly it is the batch's largest
+support, as on TensorFlow; under ``torch.compile`` the call pads it to the static bound of
+:func:`._host.max_support`, which is also the size that the fake kernels give.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
@@ -26,22 +35,59 @@ from keras_structured.engine import SolverOptions, Structure
 from keras_structured.ops.host_call._host import host_by_key, host_solve
 
 
-def solve(structure: Structure, options: SolverOptions, ranks: tuple, scores_u, scores_v, lengths, jacobian):
-    """``[u, v]`` for the scores, differentiable when ``jacobian``."""
-    host = _host_key(structure, options, ranks)
+def solve(
+    structure: Structure,
+    options: SolverOptions,
+    ranks: tuple,
+    scores_u,
+    scores_v,
+    lengths,
+    jacobian: bool,
+    info: bool = False,
+):
+    """``[u, v]`` for the scores, differentiable when ``jacobian``; then the five info arrays
+    when ``info`` (see the module docstring for their size)."""
+    info = ("bound" if torch.compiler.is_compiling() else "batch") if info else None
+    host = _host_key(structure, ranks, info, *_option_values(options))
+    ops = torch.ops.keras_structured
     needs_grad = scores_u.requires_grad or scores_v.requires_grad
     if jacobian and needs_grad and torch.is_grad_enabled():
-        u, v, _ = torch.ops.keras_structured.sparsemap_forward(scores_u, scores_v, lengths, host)
-        return [u, v]
+        forward = ops.sparsemap_forward if info is None else ops.sparsemap_forward_info
+        u, v, _, *info_arrays = forward(scores_u, scores_v, lengths, host)
+        return [u, v, *info_arrays]
     scores_u, scores_v = scores_u.detach(), scores_v.detach()
-    return list(torch.ops.keras_structured.sparsemap_values(scores_u, scores_v, lengths, host))
+    values = ops.sparsemap_values if info is None else ops.sparsemap_values_info
+    return list(values(scores_u, scores_v, lengths, host))
+
+
+def decode(structure: Structure, ranks: tuple, scores_u, scores_v, lengths):
+    """``[codes, m, n]`` of the MAP structures, by one op; no gradient."""
+    host = _host_key(structure, ranks, None, *_DEFAULT_OPTION_VALUES)
+    return list(torch.ops.keras_structured.map_decode(scores_u.detach(), scores_v.detach(), lengths, host))
+
+
+#: The fields of :class:`~keras_structured.engine.SolverOptions`, in order.
+_OPTION_FIELDS = tuple(field.name for field in dataclasses.fields(SolverOptions))
+
+
+def _option_values(options: SolverOptions) -> tuple:
+    return tuple(getattr(options, name) for name in _OPTION_FIELDS)
+
+
+_DEFAULT_OPTION_VALUES = _option_values(SolverOptions())  # MAP decoding solves nothing
 
 
 @torch.compiler.assume_constant_result
-def _host_key(structure: Structure, options: SolverOptions, ranks: tuple) -> int:
+def _host_key(structure: Structure, ranks: tuple, info: str | None, *option_values) -> int:
     """The key of the call site's host functions. ``torch.compile`` runs it when it traces,
-    so that the compiled graph holds the key as a constant and the lookup stays out of it."""
-    return host_solve(structure, options, ranks).key
+    so that the compiled graph holds the key as a constant and the lookup stays out of it.
+
+    The options come as plain values: options made inside the compiled function (by
+    :func:`~keras_structured.engine.options.resolve_options`, from ``max_iter=...``) would
+    reach it as Dynamo rebuilds them, with their defaults. (A structure made there meets the
+    same fate: make it outside, as the layers do.)"""
+    options = SolverOptions(**dict(zip(_OPTION_FIELDS, option_values, strict=True)))
+    return host_solve(structure, options, ranks, info=info).key
 
 
 def _numpy(tensor):
@@ -50,6 +96,17 @@ def _numpy(tensor):
 
 def _tensor(array: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array)).to(like.device)
+
+
+def _empty(specs, like: torch.Tensor) -> list[torch.Tensor]:
+    """Fake tensors of the ``(shape, numpy dtype)`` specs of a :class:`HostSolve`."""
+    return [like.new_empty(shape, dtype=_TORCH_DTYPES[np.dtype(dtype)]) for shape, dtype in specs]
+
+
+_TORCH_DTYPES = {
+    np.dtype(name): getattr(torch, name)
+    for name in ("float16", "float32", "float64", "int32", "int64", "bool")
+}
 
 
 @torch.library.custom_op("keras_structured::sparsemap_values", mutates_args=())
@@ -85,7 +142,7 @@ def _forward_setup(ctx, inputs, output):
     ctx.save_for_backward(output[2], scores_u, scores_v, lengths)
 
 
-def _forward_backward(ctx, grad_u, grad_v, grad_handles):
+def _forward_backward(ctx, grad_u, grad_v, *unused):  # the handles and info get no gradient
     handles, scores_u, scores_v, lengths = ctx.saved_tensors
     j_u, j_v = torch.ops.keras_structured.sparsemap_jacobian(
         handles, scores_u, scores_v, grad_u, grad_v, lengths, ctx.host
@@ -94,6 +151,59 @@ def _forward_backward(ctx, grad_u, grad_v, grad_handles):
 
 
 _forward.register_autograd(_forward_backward, setup_context=_forward_setup)
+
+
+@torch.library.custom_op("keras_structured::sparsemap_values_info", mutates_args=())
+def _values_info(
+    scores_u: torch.Tensor, scores_v: torch.Tensor, lengths: torch.Tensor | None, host: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    arrays = host_by_key(host).values(_numpy(scores_u), _numpy(scores_v), _numpy(lengths))
+    return tuple(_tensor(array, scores_u) for array in arrays)
+
+
+@_values_info.register_fake
+def _values_info_fake(scores_u, scores_v, lengths, host):
+    info = _empty(host_by_key(host).info_specs(scores_u, scores_v), scores_u)
+    return (torch.empty_like(scores_u), torch.empty_like(scores_v), *info)
+
+
+@torch.library.custom_op("keras_structured::sparsemap_forward_info", mutates_args=())
+def _forward_info(
+    scores_u: torch.Tensor, scores_v: torch.Tensor, lengths: torch.Tensor | None, host: int
+) -> tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+]:
+    arrays = host_by_key(host).forward(_numpy(scores_u), _numpy(scores_v), _numpy(lengths))
+    return tuple(_tensor(array, scores_u) for array in arrays)
+
+
+@_forward_info.register_fake
+def _forward_info_fake(scores_u, scores_v, lengths, host):
+    info = _empty(host_by_key(host).info_specs(scores_u, scores_v), scores_u)
+    return (*_forward_fake(scores_u, scores_v, lengths, host), *info)
+
+
+_forward_info.register_autograd(_forward_backward, setup_context=_forward_setup)
+
+
+@torch.library.custom_op("keras_structured::map_decode", mutates_args=())
+def _decode(
+    scores_u: torch.Tensor, scores_v: torch.Tensor, lengths: torch.Tensor | None, host: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    arrays = host_by_key(host).decode(_numpy(scores_u), _numpy(scores_v), _numpy(lengths))
+    return tuple(_tensor(array, scores_u) for array in arrays)
+
+
+@_decode.register_fake
+def _decode_fake(scores_u, scores_v, lengths, host):
+    return tuple(_empty(host_by_key(host).decode_specs(scores_u, scores_v), scores_u))
 
 
 @torch.library.custom_op("keras_structured::sparsemap_jacobian", mutates_args=())

@@ -1,0 +1,346 @@
+"""The CRF ops and losses and ``SequenceScores`` on JAX and PyTorch, against TensorFlow.
+
+Each backend runs in its own process (``tests/backend_harness.py``), started once for this
+module; the functions below without a ``test_`` prefix are what it runs, and the tests compare
+what they return with the same functions run here, under TensorFlow: forward values to 1e-6,
+gradients to 1e-5 in float32, both to 1e-12 in float64 (on JAX with 64-bit types switched
+on). The cases: linear-chain and tree log-partition functions with lengths (and their
+gradients, the marginals), the marginals themselves (and their gradients, second derivatives
+of ``log Z``), the two CRF losses; then ``model.fit`` of a tagger with ``SequenceScores`` and
+``LinearChainCRFLoss``, and its ``.keras`` file moved between backends. The layer checks of
+``SequenceScores`` are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import keras_structured as ks
+from keras_structured.ops import (
+    linear_chain_crf_log_partition,
+    linear_chain_crf_marginals,
+    pack_sequence_scores,
+    tree_crf_log_partition,
+    tree_crf_marginals,
+)
+from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
+from tests.layer_checks import check_layer
+
+OTHER_BACKENDS = ("jax", "torch")
+FORWARD_TOL = 1e-6
+GRADIENT_TOL = 1e-5
+FLOAT64_TOL = 1e-12
+MODULE = __name__
+CHAIN_LENGTHS = np.array([6, 3, 1, 0], "int32")
+TREE_WORDS = np.array([5, 3, 1, 0], "int32")
+TAGS = np.array([[0, 1, 2, 0, 1, 2], [2, 0, 1, -1, -1, -1], [1, -1, -1, -1, -1, -1], [0, 0, 2, 1, -1, -1]])
+HEADS = np.array([[-1, 2, 0, 2, 5, 3], [-1, 0, 1, 1, -1, -1], [-1, 0, -1, -1, -1, -1], [-1, 3, 1, 0, -1, -1]])
+
+
+# --- what each backend runs ---------------------------------------------------------------
+
+
+def _flat(u, v):
+    """``(u, v)`` as one ``(batch, size)`` tensor, for :func:`value_and_vjp`."""
+    batch = u.shape[0]
+    return keras.ops.concatenate([keras.ops.reshape(u, (batch, -1)), keras.ops.reshape(v, (batch, -1))], 1)
+
+
+def _cases(dtype: str) -> dict:
+    """name -> (function, inputs, output shape): the same problems on every backend."""
+    rng = np.random.default_rng(0)
+    # Tensors of the backend, made before any tracing.
+    chain_lengths, tree_words = map(keras.ops.convert_to_tensor, (CHAIN_LENGTHS, TREE_WORDS))
+    tags, heads = map(keras.ops.convert_to_tensor, (TAGS, HEADS))
+
+    def draw(*shape, scale=1.0):
+        return (rng.normal(size=shape) * scale).astype(dtype)
+
+    chain_inputs = [draw(4, 6, 3), draw(3, 3), draw(3), draw(4, 3)]
+    return {
+        "chain_log_z": (
+            lambda *inputs: linear_chain_crf_log_partition(*inputs, lengths=chain_lengths),
+            chain_inputs,
+            (4,),
+        ),
+        "chain_marginals": (
+            lambda *inputs: _flat(*linear_chain_crf_marginals(*inputs, lengths=chain_lengths)),
+            chain_inputs,
+            (4, 6 * 3 + 5 * 3 * 3),
+        ),
+        "chain_loss": (
+            lambda unary, pairwise: ks.linear_chain_crf_loss(tags, pack_sequence_scores(unary, pairwise)),
+            [draw(4, 6, 3), draw(4, 5, 3, 3)],
+            (4,),
+        ),
+        **{
+            f"tree_{name}": case
+            for single_root, suffix in ((False, ""), (True, "_single_root"))
+            for name, case in {
+                f"log_z{suffix}": (
+                    lambda s, r=single_root: tree_crf_log_partition(s, tree_words, single_root=r),
+                    [draw(4, 6, 6, scale=3.0)],
+                    (4,),
+                ),
+                f"marginals{suffix}": (
+                    lambda s, r=single_root: tree_crf_marginals(s, tree_words, single_root=r),
+                    [draw(4, 6, 6, scale=3.0)],
+                    (4, 6, 6),
+                ),
+                f"loss{suffix}": (
+                    lambda s, r=single_root: ks.tree_crf_loss(heads, s, single_root=r),
+                    [draw(4, 6, 6, scale=3.0)],
+                    (4,),
+                ),
+            }.items()
+        },
+    }
+
+
+def _upstream(shape, dtype: str, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
+
+
+def crf_values(dtype: str = "float32", compiled: bool = False, order: str = "all") -> dict:
+    """Outputs and gradients of the CRF ops and losses (:func:`_cases`): for ``order="first"``
+    the log-partition functions and losses (gradients: first derivatives), for ``"second"``
+    the marginals (gradients: second derivatives of ``log Z``), or ``"all"``."""
+    results = {}
+    with jax_x64(dtype == "float64"):
+        for name, (function, inputs, shape) in _cases(dtype).items():
+            if order != "all" and ("marginals" in name) != (order == "second"):
+                continue
+            outputs, gradients = value_and_vjp(function, inputs, _upstream(shape, dtype), compiled=compiled)
+            assert outputs.dtype == dtype and all(g.dtype == dtype for g in gradients), name
+            results[f"{name}/out"] = outputs
+            for index, gradient in enumerate(gradients):
+                results[f"{name}/grad{index}"] = gradient
+    return results
+
+
+def invalid_inputs() -> dict:
+    """Eagerly, lengths outside ``[0, n]`` and labels that are not sequences or trees raise a
+    ``ValueError`` naming the argument; under ``jax.jit`` the examples' values are NaN."""
+    chain, tree = np.zeros((2, 3, 2), "float32"), np.zeros((2, 4, 4), "float32")
+    for op in (
+        lambda lengths: linear_chain_crf_log_partition(chain, np.zeros((2, 2), "float32"), lengths=lengths),
+        lambda lengths: tree_crf_log_partition(tree, lengths),
+        lambda lengths: tree_crf_marginals(tree, lengths),
+    ):
+        with pytest.raises(ValueError, match="lengths must be in"):
+            op(np.array([3, 4], "int32"))
+    packed = pack_sequence_scores(chain, np.zeros((2, 2), "float32"))
+    with pytest.raises(ValueError, match=r"y_true must hold .* i = 1"):
+        ks.linear_chain_crf_loss(np.array([[0, 1, 1], [0, -1, 1]]), packed)
+    with pytest.raises(ValueError, match=r"y_true must hold .* i = 1"):
+        ks.tree_crf_loss(np.array([[-1, 0, 1, 2], [-1, 0, 3, 2]]), tree)
+    results = {}
+    if keras.backend.backend() == "jax":
+        import jax
+
+        results["jit_log_z"] = jax.jit(lambda s, n: tree_crf_log_partition(s, n))(tree, np.array([3, 4]))
+        results["jit_loss"] = jax.jit(ks.tree_crf_loss)(np.array([[-1, 0, 1, 2], [-1, 0, 3, 2]]), tree)
+    return results
+
+
+def jax_transformations() -> dict:
+    """The tree CRF's host call under ``jax.vmap`` (one call for the mapped batches) and
+    ``jax.hessian`` of ``log Z`` (the elimination's second derivatives) in float64 against
+    central differences of the marginals."""
+    import jax
+
+    rng = np.random.default_rng(3)
+    stacked = rng.normal(size=(3, 4, 6, 6)).astype("float32")
+
+    def log_z(scores):
+        return tree_crf_log_partition(scores, TREE_WORDS)
+
+    vmapped = np.asarray(jax.vmap(jax.grad(lambda s: log_z(s).sum()))(stacked))
+    looped = np.stack([np.asarray(jax.grad(lambda s: log_z(s).sum())(s)) for s in stacked])
+    np.testing.assert_array_equal(vmapped, looped)
+    with jax_x64(True):
+        scores = rng.normal(size=(1, 5, 5))
+        hessian = np.asarray(jax.jacrev(jax.grad(lambda s: tree_crf_log_partition(s)[0]))(scores))
+        delta = 1e-6
+        numerical = np.zeros_like(hessian)
+        for index in np.ndindex(scores.shape):
+            shift = np.zeros_like(scores)
+            shift[index] = delta
+            plus, minus = (np.asarray(tree_crf_marginals(scores + sign * shift)) for sign in (1, -1))
+            numerical[(...,) + index] = (plus - minus) / (2 * delta)
+    return {"hessian_error": np.abs(hessian - numerical).max()}
+
+
+# A tagger trained with the CRF loss: Embedding (mask) -> Dense -> SequenceScores.
+def _tagger_data():
+    rng = np.random.default_rng(0)
+    words = rng.integers(1, 12, size=(48, 7))
+    lengths = rng.integers(3, 8, size=48)
+    padding = np.arange(7) >= lengths[:, None]
+    tags = words % 3
+    words[padding], tags[padding] = 0, -1
+    return words, tags
+
+
+def _tagger() -> keras.Model:
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(12, 8, mask_zero=True)(tokens)
+    scores = ks.SequenceScores(use_boundary=True)(keras.layers.Dense(3)(hidden))
+    return keras.Model(tokens, scores)
+
+
+def fit_tagger(save_path: str) -> dict:
+    """``model.fit`` of the tagger with ``LinearChainCRFLoss`` (jitted steps on JAX): the loss goes
+    down; the model is saved to ``save_path``. Returns the losses and the packed scores."""
+    keras.utils.set_random_seed(0)
+    words, tags = _tagger_data()
+    model = _tagger()
+    model.compile(keras.optimizers.Adam(0.05), ks.LinearChainCRFLoss())
+    history = model.fit(words, tags, epochs=4, batch_size=16, verbose=0).history["loss"]
+    assert np.isfinite(history).all() and history[-1] < 0.5 * history[0], history
+    model.save(save_path)
+    return {"losses": np.array(history), "predictions": model.predict(words, verbose=0)}
+
+
+def load_tagger(path: str) -> dict:
+    """The packed scores of the tagger saved at ``path`` (by any backend)."""
+    model = keras.saving.load_model(path, compile=False)
+    assert any(type(layer) is ks.SequenceScores for layer in model.layers)
+    return {"predictions": model.predict(_tagger_data()[0], verbose=0)}
+
+
+def layer_checks(tmp_dir: str) -> dict:
+    """``tests/layer_checks.py`` on ``SequenceScores``, with and without boundary scores."""
+    unary = np.random.default_rng(0).normal(size=(4, 6, 3)).astype("float32")
+    mask = np.arange(6)[None, :] < np.array([6, 3, 1, 4])[:, None]
+    for use_boundary in (False, True):
+        path = Path(tmp_dir) / f"layer_checks_{keras.backend.backend()}_{use_boundary}"
+        path.mkdir(parents=True, exist_ok=True)
+        kwargs = {"use_boundary": use_boundary, "transitions_initializer": "random_normal"}
+        check_layer(ks.SequenceScores, kwargs, unary, call_kwargs={"mask": mask}, tmp_path=path)
+    return {}
+
+
+# --- the tests, under TensorFlow --------------------------------------------------------
+
+
+def _calls(backend: str, directory: Path) -> dict:
+    """The default part: on JAX, whose eager loops and compilations are slow, the first
+    derivatives in float32 (eagerly and jitted); on PyTorch every case in both dtypes."""
+    calls = {
+        "invalid": f"{MODULE}:invalid_inputs",
+        "load_tensorflow_model": (f"{MODULE}:load_tagger", {"path": str(directory / "tensorflow.keras")}),
+        "fit": (f"{MODULE}:fit_tagger", {"save_path": str(directory / f"{backend}.keras")}),
+    }
+    if backend == "jax":
+        calls["float32"] = (f"{MODULE}:crf_values", {"order": "first"})
+        calls["jit"] = (f"{MODULE}:crf_values", {"compiled": True, "order": "first"})
+    else:
+        calls["float32"] = f"{MODULE}:crf_values"
+        calls["float64"] = (f"{MODULE}:crf_values", {"dtype": "float64"})
+    return calls
+
+
+#: JAX's slow part: second derivatives, float64, jax.vmap and jax.hessian.
+JAX_SLOW_CALLS = {
+    "second": (f"{MODULE}:crf_values", {"order": "second"}),
+    "float64": (f"{MODULE}:crf_values", {"dtype": "float64"}),
+    "transformations": f"{MODULE}:jax_transformations",
+}
+
+
+@pytest.fixture(scope="module")
+def saved_directory(tmp_path_factory) -> Path:
+    """A directory holding the tagger trained and saved under TensorFlow (``tensorflow.keras``);
+    no training, and the tests skipped, when neither JAX nor PyTorch is installed."""
+    missing = [missing_backend(backend) for backend in OTHER_BACKENDS]
+    if all(missing):
+        pytest.skip("; ".join(missing))
+    directory = tmp_path_factory.mktemp("backends_crf")
+    fit_tagger(str(directory / "tensorflow.keras"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def backend_runs(saved_directory):
+    """One process per installed backend, all started at once; backend -> PendingCalls."""
+    runs = {
+        backend: start_calls(backend, _calls(backend, saved_directory), saved_directory)
+        for backend in OTHER_BACKENDS
+        if missing_backend(backend) is None
+    }
+    yield runs
+    for run in runs.values():
+        if run.process is not None and run.process.poll() is None:
+            run.process.kill()
+
+
+@pytest.fixture(scope="module")
+def tensorflow_values() -> dict:
+    return {dtype: crf_values(dtype) for dtype in ("float32", "float64")}
+
+
+def _results(backend_runs, backend: str):
+    require_backend(backend)
+    return backend_runs[backend].wait()
+
+
+def _assert_equal_to(values: dict, expected: dict, forward_tol: float, gradient_tol: float) -> None:
+    """Every array of ``values`` equal to ``expected``'s of the same key (its cases a subset)."""
+    assert values and set(values) <= set(expected), sorted(values)
+    for key in values:
+        tol = forward_tol if key.endswith("/out") else gradient_tol
+        np.testing.assert_allclose(values[key], expected[key], rtol=tol, atol=tol, err_msg=key)
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_forward_values_and_gradients_equal_tensorflow(backend, backend_runs, tensorflow_values):
+    results = _results(backend_runs, backend)
+    _assert_equal_to(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
+    if backend == "torch":
+        _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+
+
+def test_jax_jit_equals_tensorflow(backend_runs, tensorflow_values):
+    _assert_equal_to(
+        _results(backend_runs, "jax")["jit"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL
+    )
+
+
+@pytest.mark.slow
+def test_jax_second_derivatives_float64_vmap_and_hessian(tmp_path, tensorflow_values):
+    results = start_calls("jax", JAX_SLOW_CALLS, tmp_path).wait()
+    _assert_equal_to(results["second"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
+    _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+    assert results["transformations"]["hessian_error"] < 1e-6
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_invalid_inputs_raise_eagerly_and_give_nan_under_jit(backend, backend_runs):
+    results = _results(backend_runs, backend)["invalid"]
+    if backend == "jax":
+        assert np.isfinite(results["jit_log_z"][0]) and np.isnan(results["jit_log_z"][1])
+        assert np.isfinite(results["jit_loss"][0]) and np.isnan(results["jit_loss"][1])
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_tagger_fits_and_keras_files_move_between_backends(backend, backend_runs, saved_directory):
+    results = _results(backend_runs, backend)
+    tensorflow = load_tagger(str(saved_directory / "tensorflow.keras"))["predictions"]
+    # Saved under TensorFlow, loaded under the backend.
+    np.testing.assert_allclose(results["load_tensorflow_model"]["predictions"], tensorflow, atol=FORWARD_TOL)
+    # Trained and saved under the backend, loaded under TensorFlow.
+    saved = results["fit"]["predictions"]
+    loaded = load_tagger(str(saved_directory / f"{backend}.keras"))["predictions"]
+    np.testing.assert_allclose(loaded, saved, atol=FORWARD_TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_sequence_scores_passes_the_layer_checks(backend, tmp_path):
+    calls = {"layer_checks": (f"{MODULE}:layer_checks", {"tmp_dir": str(tmp_path)})}
+    start_calls(backend, calls, tmp_path).wait()["layer_checks"]
