@@ -23,6 +23,7 @@ import keras_structured as ks
 from keras_structured.engine import DependencyTreeStructure, MatchingStructure, SequenceStructure, solve
 from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
 from tests.layer_checks import check_layer
+from tests.test_sparsemap_layers import symbolic_structures_model
 
 OTHER_BACKENDS = ("jax", "torch")
 FORWARD_TOL = 1e-6
@@ -457,6 +458,13 @@ def _calls(backend: str, directory: Path) -> dict:
         "bad_scores": f"{MODULE}:bad_scores_raise",
         "load_tensorflow_model": (f"{MODULE}:load_tagger", {"path": str(directory / "tensorflow.keras")}),
         "fit": (f"{MODULE}:fit_tagger", {"save_path": str(directory / f"{backend}.keras")}),
+        "structures_model": (
+            "tests.test_sparsemap_layers:symbolic_structures_model",
+            {
+                "save_path": str(directory / f"{backend}_structures.keras"),
+                "load_path": str(directory / "tensorflow_structures.keras"),
+            },
+        ),
     }
     if backend == "jax":
         calls["jit"] = (f"{MODULE}:sparsemap_values", {"compiled": True})
@@ -475,6 +483,7 @@ def saved_directory(tmp_path_factory) -> Path:
         pytest.skip("; ".join(missing))
     directory = tmp_path_factory.mktemp("backends_sparsemap")
     fit_tagger(str(directory / "tensorflow.keras"))
+    symbolic_structures_model(str(directory / "tensorflow_structures.keras"))
     return directory
 
 
@@ -620,6 +629,33 @@ def test_return_info_and_structures_equal_tensorflow(backend, backend_runs, tens
     assert expected["frank_wolfe/weights"].shape[1] <= 4 and not expected["frank_wolfe/converged"].all()
     assert results["info_compiled"]["frank_wolfe/weights"].shape[1] == 4  # max_iter + 1
     assert results["info_compiled"]["tree/weights"].shape[1] == 6 * 6 + 1  # prod(u_shape) + 1
+
+
+@pytest.mark.parametrize("backend", OTHER_BACKENDS)
+def test_symbolic_model_returning_structures_equals_tensorflow(backend, backend_runs, saved_directory):
+    """A functional model over layers with ``return_structures=True``: symbolic shapes from the
+    structure (``k`` the static bound on JAX), predictions equal to TensorFlow's (padded to the
+    bound where the backend compiles ``predict``), ``.keras`` files both ways."""
+    results = _results(backend_runs, backend)["structures_model"]
+    here = symbolic_structures_model(
+        str(saved_directory / "check.keras"), str(saved_directory / f"{backend}_structures.keras")
+    )
+    expected = {key: value for key, value in here.items() if not key.startswith("loaded/")}
+    for name in ("tree", "sequence"):
+        bound = {"tree": 5 * 5 + 1, "sequence": 4 * 3 + 1}[name] if backend == "jax" else -1
+        shapes = {key: tuple(results[f"shape/{name}/{key}"]) for key in ("u", "v", "weights", "structures")}
+        assert shapes["weights"] == (-1, bound)
+        assert shapes["structures"] == (-1, bound, *expected[f"shape/{name}/structures"][2:])
+        for key in ("u", "v"):
+            assert shapes[key] == tuple(expected[f"shape/{name}/{key}"])
+        # Predicted under the backend, saved under TensorFlow and loaded there, and the converse.
+        for values in (results, _loaded(results), _loaded(here)):
+            _assert_padded_to(values, expected, name)
+
+
+def _loaded(results: dict) -> dict:
+    """The predictions of the model that :func:`symbolic_structures_model` loaded."""
+    return {key.removeprefix("loaded/"): value for key, value in results.items() if key.startswith("loaded/")}
 
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)

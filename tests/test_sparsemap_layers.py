@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import keras_structured as ks
-from keras_structured.engine import SimplexStructure
+from keras_structured.engine import DependencyTreeStructure, SequenceStructure, SimplexStructure
 from tests.layer_checks import check_layer
 
 
@@ -90,6 +90,77 @@ def test_return_structures(name):
         np.testing.assert_allclose(
             np.tensordot(weights[b][weights[b] > 0], m, 1), out["u"].numpy()[b], atol=1e-9
         )
+
+
+def _structures_model() -> keras.Model:
+    """Two SparseMAP layers with ``return_structures=True`` on ``keras.Input``s: trees (``v``
+    from the structure) and sequences given ``[eta_u, eta_v]``; outputs flattened to
+    ``"<name>/<key>"``."""
+    arcs = keras.Input((5, 5), name="arcs")
+    unary, pairwise = keras.Input((4, 3), name="unary"), keras.Input((3, 3, 3), name="pairwise")
+    layers = {
+        "tree": ks.SparseMAPDependencyTree(return_structures=True)(arcs),
+        "sequence": ks.SparseMAP(SequenceStructure(), return_structures=True)([unary, pairwise]),
+    }
+    outputs = {f"{name}/{key}": value for name, result in layers.items() for key, value in result.items()}
+    return keras.Model([arcs, unary, pairwise], outputs)
+
+
+def _structures_inputs() -> list:
+    return [scores(12, (3, 5, 5)), scores(13, (3, 4, 3)), scores(14, (3, 3, 3, 3))]
+
+
+def symbolic_structures_model(save_path: str, load_path: str | None = None) -> dict:
+    """:func:`_structures_model`'s symbolic shapes (None as -1, under ``shape/``), predictions,
+    and the predictions of the model saved to ``save_path`` and loaded, which must be equal;
+    with ``load_path``, also those of a model saved there (under another backend), under
+    ``loaded/``. Run under every backend by ``tests/test_sparsemap_backends.py``."""
+    model = _structures_model()
+    predictions = model.predict(_structures_inputs(), verbose=0)
+    model.save(save_path)
+    reloaded = keras.saving.load_model(save_path).predict(_structures_inputs(), verbose=0)
+    for key, value in predictions.items():
+        np.testing.assert_array_equal(reloaded[key], value, err_msg=key)
+    results = {key: np.asarray(value) for key, value in predictions.items()}
+    for key, value in model.output.items():
+        results[f"shape/{key}"] = np.array([-1 if d is None else d for d in value.shape])
+    if load_path is not None:
+        loaded = keras.saving.load_model(load_path).predict(_structures_inputs(), verbose=0)
+        results.update({f"loaded/{key}": np.asarray(value) for key, value in loaded.items()})
+    return results
+
+
+def test_return_structures_in_a_symbolic_model(tmp_path):
+    results = symbolic_structures_model(str(tmp_path / "structures.keras"))
+    # Shapes from the structure: v (the trees have none), codes (heads; labels); k is known on JAX only.
+    want = {"tree": ((5, 5), (0,), (5,)), "sequence": ((4, 3), (3, 3, 3), (4,))}
+    for name, (u_shape, v_shape, code_shape) in want.items():
+        assert tuple(results[f"shape/{name}/u"]) == (-1, *u_shape)
+        assert tuple(results[f"shape/{name}/v"]) == (-1, *v_shape)
+        assert tuple(results[f"shape/{name}/weights"]) == (-1, -1)
+        assert tuple(results[f"shape/{name}/structures"]) == (-1, -1, *code_shape)
+        weights, codes = results[f"{name}/weights"], results[f"{name}/structures"]
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+        structure = DependencyTreeStructure() if name == "tree" else SequenceStructure()
+        for b in range(len(weights)):
+            used = weights[b] > 0
+            m_and_n = structure.indicators(codes[b][used], u_shape, v_shape)
+            for indicators, key in zip(m_and_n, "uv", strict=True):
+                mean = np.tensordot(weights[b][used], indicators, 1)
+                np.testing.assert_allclose(mean, results[f"{name}/{key}"][b], atol=1e-6)
+
+
+def test_return_structures_shapes_with_unknown_dimensions():
+    layer = ks.SparseMAPSequence(return_structures=True)
+    shapes = layer.compute_output_shape((None, None, 3))
+    assert shapes == {
+        "u": (None, None, 3),
+        "v": (None, None, 3, 3),
+        "weights": (None, None),
+        "structures": (None, None, None),
+    }
+    outputs = layer(keras.Input((None, 3)))
+    assert {key: tuple(value.shape) for key, value in outputs.items()} == shapes
 
 
 def test_sequence_mask_equals_unpadded_examples():

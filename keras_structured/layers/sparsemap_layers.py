@@ -19,8 +19,13 @@ call per batch (:mod:`keras_structured.ops.host_call`), on every Keras backend:
 * PyTorch: the call is a ``torch.library`` custom op, which ``torch.compile`` keeps as an
   opaque call: ``supports_jit = True``.
 
-``return_structures=True`` is TensorFlow-only: the number of active structures depends on
-the data, and JAX's callbacks must declare the shapes of their results.
+With ``return_structures=True`` a layer also returns its active set: ``weights``
+``(batch, k)`` and ``structures`` ``(batch, k, *code_shape)``. The number ``k`` of structures
+depends on the data: it is the batch's largest support on TensorFlow and in eager calls, and
+the static bound :func:`keras_structured.ops.host_call.max_support` under ``jax.jit`` (the
+steps of Keras's JAX trainer, ``predict`` included) and ``torch.compile``, which need the
+shapes of the host call's results before the call. ``compute_output_shape`` (the shapes of a
+symbolic call, as in a functional model) gives that bound on JAX and None elsewhere.
 """
 
 from __future__ import annotations
@@ -40,8 +45,23 @@ from keras_structured.engine import (
 from keras_structured.engine.options import SolverSettings, resolve_options
 from keras_structured.layers._masks import check_position_mask, lengths_from_mask
 from keras_structured.layers.sequence_scores import SequenceWeights
+from keras_structured.ops.host_call import max_support
 from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_sequence
 from keras_structured.ops.xla import LAYER_FIX, refuse_xla
+
+
+def _code_shape(structure: Structure, u_shape: tuple, v_shape: tuple) -> tuple:
+    """The structure's code shape for scores of these shapes, None where a dimension of the
+    codes follows an unknown one of the scores (found with stand-in sizes 2 and 3)."""
+    shape = structure.code_shape(u_shape, v_shape)
+    if shape is not None:
+        return tuple(shape)
+
+    def with_stand_in(size: int) -> tuple:
+        u_stand_in = tuple(size if d is None else d for d in u_shape)
+        return tuple(structure.code_shape(u_stand_in, structure.v_shape(u_stand_in)))
+
+    return tuple(a if a == b else None for a, b in zip(with_stand_in(2), with_stand_in(3), strict=True))
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -154,10 +174,20 @@ class SparseMAP(SolverSettings, keras.layers.Layer):
         return {"u": u, "v": v, "weights": info["weights"], "structures": info["structures"]}
 
     def compute_output_shape(self, input_shape):
-        shape_u = input_shape[0] if isinstance(input_shape, list) else input_shape
+        two_inputs = isinstance(input_shape, list) and isinstance(input_shape[0], (list, tuple))
+        shape_u = tuple(input_shape[0] if two_inputs else input_shape)
         if not self.return_structures:
-            return tuple(shape_u)
-        return {"u": tuple(shape_u), "v": None, "weights": (shape_u[0], None), "structures": None}
+            return shape_u
+        batch, u_shape = shape_u[0], shape_u[1:]
+        v_shape = tuple(input_shape[1][1:]) if two_inputs else tuple(self.structure.v_shape(u_shape))
+        static = keras.backend.backend() == "jax" and None not in u_shape  # see the module docstring
+        k = max_support(self.options, u_shape) if static else None
+        return {
+            "u": shape_u,
+            "v": (batch, *v_shape),
+            "weights": (batch, k),
+            "structures": (batch, k, *_code_shape(self.structure, u_shape, v_shape)),
+        }
 
     def compute_mask(self, inputs, mask=None):
         return mask[0] if isinstance(mask, (list, tuple)) else mask

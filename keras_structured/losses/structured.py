@@ -88,7 +88,7 @@ from keras_structured.losses.per_example import (
 from keras_structured.ops.decode import map_decode
 from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.portable_sparsemap import solver_dtype
-from keras_structured.ops.sparsemap_op import sparsemap, sparsemap_solution
+from keras_structured.ops.sparsemap_op import sparsemap_solution
 from keras_structured.ops.xla import LOSS_FIX, refuse_xla
 from keras_structured.validation import check_number
 
@@ -158,17 +158,11 @@ def _gold(structure: Structure, y_true, y_pred, eta_u) -> tuple:
 
 
 def _maximiser(structure: Structure, scores_u, scores_v, lengths, options: SolverOptions | None) -> tuple:
-    """``(u, v)`` of MAP (``options`` None) or SparseMAP for scores that carry no gradient.
-
-    On TensorFlow the SparseMAP solution skips the Jacobian factors
-    (:func:`~keras_structured.ops.sparsemap_op.sparsemap_solution`); elsewhere the scores'
-    stopped gradient keeps the host call from storing an active set.
-    """
+    """``(u, v)`` of MAP (``options`` None) or SparseMAP for scores that carry no gradient
+    (:func:`~keras_structured.ops.sparsemap_op.sparsemap_solution`, which skips the Jacobian)."""
     if options is None:
         return map_decode(structure, scores_u, scores_v, lengths=lengths)[1:]
-    if keras.backend.backend() == "tensorflow":
-        return sparsemap_solution(structure, scores_u, scores_v, lengths=lengths, options=options)
-    return sparsemap(structure, scores_u, scores_v, lengths=lengths, options=options)
+    return sparsemap_solution(structure, scores_u, scores_v, lengths=lengths, options=options)
 
 
 def _structured_loss(y_true, y_pred, structure: Structure, cost_weight: float, options: SolverOptions | None):

@@ -35,8 +35,9 @@ from keras import ops
 
 from keras_structured.engine import matrix_tree
 from keras_structured.ops.dtypes import compute_dtype, integer_lengths
+from keras_structured.ops.host_call import call
 from keras_structured.ops.invalid_inputs import checked
-from keras_structured.ops.matrix_tree_host import tree_crf_on_host
+from keras_structured.ops.matrix_tree_host import TREE_CRF
 from keras_structured.ops.portable_sparsemap import solver_dtype
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 from keras_structured.ops.xla import _in_xla_context
@@ -412,7 +413,7 @@ def _on_host(scores, lengths, single_root):
     gradient (the scores reach it through ``stop_gradient``: JAX would otherwise look for a
     derivative of the callback when differentiating twice)."""
     wide = ops.cast(ops.stop_gradient(scores), solver_dtype())
-    log_z, marginals = tree_crf_on_host(wide, lengths, single_root, True)
+    log_z, marginals = call(TREE_CRF, wide, lengths, single_root=single_root)
     return ops.cast(log_z, scores.dtype), ops.cast(marginals, scores.dtype)
 
 

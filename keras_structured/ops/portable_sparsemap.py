@@ -1,7 +1,8 @@
 """SparseMAP on the JAX and PyTorch backends: the scores prepared with ``keras.ops``.
 
-:func:`keras_structured.sparsemap` and :func:`keras_structured.sparsemap_sequence` call
-these functions when Keras runs on another backend than TensorFlow (the TensorFlow path
+:func:`keras_structured.sparsemap`, :func:`keras_structured.sparsemap_sequence` and
+:func:`keras_structured.ops.sparsemap_op.sparsemap_solution` (the structured losses' solve)
+call these functions when Keras runs on another backend than TensorFlow (the TensorFlow path
 keeps its own, which also handles the unknown dimensions of graph mode). The checks and
 errors are the same; the solve is :func:`keras_structured.ops.host_call.solve`, MAP
 decoding :func:`keras_structured.ops.host_call.decode`. Shapes are static here: JAX traces
@@ -18,6 +19,8 @@ from keras import ops
 
 from keras_structured.engine import SequenceStructure, SolverOptions, Structure
 from keras_structured.ops import host_call
+from keras_structured.ops.dtypes import integer_lengths
+from keras_structured.ops.sequence_scores import add_boundary_scores
 
 _SEQUENCE = SequenceStructure()  # one object, so that its host functions are reused
 
@@ -53,19 +56,6 @@ def _check_rank(name: str, scores, min_rank: int) -> None:
             f"sparsemap needs {name} with a leading batch dimension (rank >= {min_rank}). "
             f"Received: {name}.shape={tuple(scores.shape)}"
         )
-
-
-def integer_lengths(lengths, dtype: str = "int32"):
-    """``lengths`` as a ``dtype`` tensor, refused unless of an integer dtype (see
-    :func:`keras_structured.ops.dtypes.integer_lengths`)."""
-    lengths = ops.convert_to_tensor(lengths)
-    if "int" not in _dtype(lengths):
-        raise ValueError(
-            "lengths must have an integer dtype: whole numbers of positions, not truncated. Cast them "
-            "with keras.ops.cast(lengths, 'int32') if their values are whole, or declare "
-            f"keras.Input(shape=(), dtype='int32'). Received: lengths.dtype={_dtype(lengths)}"
-        )
-    return ops.cast(lengths, dtype)
 
 
 def _prepare_scores(structure: Structure, eta_u, eta_v, lengths) -> tuple:
@@ -121,31 +111,20 @@ def sparsemap(structure: Structure, eta_u, eta_v, lengths, options: SolverOption
     return u, v, _info_in(dict(zip(INFO_KEYS, outputs[2:], strict=True)), _dtype(eta_u))
 
 
+def sparsemap_solution(structure: Structure, eta_u, eta_v, lengths, options: SolverOptions) -> tuple:
+    """:func:`keras_structured.ops.sparsemap_op.sparsemap_solution` in ``keras.ops``: ``(u, v)``
+    in :func:`solver_dtype`, without gradient (nothing is kept for a backward pass)."""
+    _, scores_u, scores_v, lengths = _prepare_scores(structure, eta_u, eta_v, lengths)
+    scores_u, scores_v = ops.stop_gradient(scores_u), ops.stop_gradient(scores_v)
+    u, v = host_call.solve(structure, options, scores_u, scores_v, lengths, jacobian=False)
+    return u, v
+
+
 def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None) -> tuple:
     """:func:`keras_structured.map_decode` in ``keras.ops``: ``(codes, m, n)``."""
     eta_u, scores_u, scores_v, lengths = _prepare_scores(structure, eta_u, eta_v, lengths)
     codes, m, n = host_call.decode(structure, scores_u, scores_v, lengths)
     return codes, ops.cast(m, eta_u.dtype), ops.cast(n, eta_u.dtype)
-
-
-def add_boundary_scores(unary, start=None, end=None, lengths=None):
-    """:func:`keras_structured.ops.sequence_scores.add_boundary_scores` in ``keras.ops``."""
-    unary = ops.convert_to_tensor(unary)
-    n, num_labels = unary.shape[1], unary.shape[2]
-    last = n - 1 if lengths is None else integer_lengths(lengths) - 1
-    positions = ops.arange(n, dtype="int32")
-    for scores, position in ((start, 0), (end, last)):
-        if scores is None:
-            continue
-        scores = ops.cast(ops.convert_to_tensor(scores), unary.dtype)
-        if len(scores.shape) not in (1, 2) or scores.shape[-1] not in (None, num_labels):
-            raise ValueError(
-                f"start/end scores must have shape (K,) or (batch, K) with K={num_labels}. "
-                f"Received: shape={tuple(scores.shape)}"
-            )
-        at_position = ops.cast(ops.equal(positions, ops.reshape(position, (-1, 1))), unary.dtype)
-        unary = unary + ops.reshape(scores, (-1, 1, num_labels)) * at_position[..., None]
-    return unary
 
 
 def sparsemap_sequence(unary, transitions, start=None, end=None, lengths=None, **kwargs):

@@ -203,15 +203,18 @@ def sparsemap_solution(
 
     For the structured losses, whose gradient is the solution itself (Danskin's theorem):
     the op then skips building and shipping the factors of :func:`sparsemap`'s backward
-    pass. Arguments as for :func:`sparsemap`; the scores carry no gradient.
+    pass (on JAX and PyTorch, storing the active sets). Arguments as for :func:`sparsemap`;
+    the scores carry no gradient. On JAX without 64-bit types the solution is float32.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
         >>> sparsemap_solution(SimplexStructure(), [[1.0, 0.5, -1.0]])[0].numpy()
         array([[0.75, 0.25, 0.  ]])
     """
-    refuse_xla("keras_structured.sparsemap", OP_FIX)
     options = resolve_options(options)
+    if not _on_tensorflow():
+        return portable_sparsemap.sparsemap_solution(structure, eta_u, eta_v, lengths, options)
+    refuse_xla("keras_structured.sparsemap", OP_FIX)
     inputs = prepare_scores(structure, tf.convert_to_tensor(eta_u), eta_v, lengths)
     scores_u, scores_v = (tf.stop_gradient(tf.cast(scores, SOLVER_DTYPE)) for scores in inputs[:2])
     lengths = inputs[2] if len(inputs) > 2 else None

@@ -1,4 +1,13 @@
-"""SparseMAP's host call: the numpy engine run from a model, on every Keras backend.
+"""The host call: numpy code (SparseMAP's engine, the tree CRF's kernel, the losses' gold
+structures) run from a model, on every Keras backend.
+
+Two entry points. :func:`host_function` declares a numpy function of arrays whose results
+have shapes and dtypes known from the arguments', optionally with a numpy VJP, and
+:func:`call` calls it on tensors of the backend: ``tf.numpy_function`` (under
+``tf.custom_gradient`` with a VJP), ``jax.pure_callback`` (inside ``jax.custom_vjp``), or a
+``torch.library`` custom op with a fake kernel (and ``register_autograd``), registered when
+the function is declared, at import. :func:`solve` and :func:`decode` are SparseMAP's own
+calls, described below.
 
 The engine (:mod:`keras_structured.engine`) runs on the host, in numpy and numba. A model
 reaches it through one host call per batch for the solution and one for the backward
@@ -35,9 +44,21 @@ import importlib
 import keras
 
 from keras_structured.engine import SolverOptions, Structure
+from keras_structured.ops.host_call._functions import HostFunction
 from keras_structured.ops.host_call._host import SUPPORTS, HostSolve, SupportStore, host_solve, max_support
 
-__all__ = ["SUPPORTS", "HostSolve", "SupportStore", "decode", "host_solve", "max_support", "solve"]
+__all__ = [
+    "SUPPORTS",
+    "HostFunction",
+    "HostSolve",
+    "SupportStore",
+    "call",
+    "decode",
+    "host_function",
+    "host_solve",
+    "max_support",
+    "solve",
+]
 
 _ADAPTERS = {"tensorflow": "_tf", "jax": "_jax", "torch": "_torch"}
 
@@ -60,7 +81,8 @@ def _adapter():
         adapter = _import_adapter(backend)
     if adapter is None:
         raise ValueError(
-            "SparseMAP runs on the TensorFlow, JAX and PyTorch backends of Keras. "
+            "The host call (SparseMAP, the tree CRF, the structured losses) runs on the TensorFlow, "
+            "JAX and PyTorch backends of Keras. "
             f"Received: backend={backend!r}"
         )
     return backend, adapter
@@ -153,3 +175,79 @@ def decode(structure: Structure, scores_u, scores_v, lengths=None) -> list:
     if backend == "tensorflow":
         return adapter.decode_on_host(structure, scores_u, scores_v, lengths)
     return adapter.decode(structure, _ranks(scores_u, scores_v, lengths), scores_u, scores_v, lengths)
+
+
+def host_function(
+    name: str,
+    function,
+    specs,
+    *,
+    vjp=None,
+    differentiable: tuple[int, ...] = (),
+    vmap_method: str = "sequential",
+) -> HostFunction:
+    """Declares a numpy function for :func:`call`; on PyTorch, registers its custom op.
+
+    Declare it once, at import (``torch.compile`` would otherwise trace the registration):
+    the op ``keras_structured::<name>`` has a fixed name and schema, ``(Tensor[] arrays,
+    int key) -> Tensor[]``, the key naming the static arguments of a call.
+
+    Args:
+        name, function, specs, vjp, differentiable, vmap_method: see :class:`HostFunction`.
+
+    Returns:
+        The :class:`HostFunction`.
+
+    Example:
+        >>> import numpy as np
+        >>> cube = host_function(
+        ...     "doc_cube",
+        ...     lambda x, scale: (scale * x**3,),
+        ...     lambda x, scale: [(x.shape, x.dtype)],
+        ...     vjp=lambda x, upstream, scale: (3 * scale * x**2 * upstream,),
+        ...     differentiable=(0,),
+        ... )
+        >>> keras.ops.convert_to_numpy(call(cube, np.array([1.0, 2.0]), scale=2.0)[0]).tolist()
+        [2.0, 16.0]
+    """
+    host = HostFunction(name, function, specs, vjp, tuple(differentiable), vmap_method)
+    backend, adapter = _ADAPTER
+    if backend == "torch":
+        adapter.register_function(host)
+    return host
+
+
+def call(host: HostFunction, *arrays, **static) -> list:
+    """``host.function(*arrays, **static)`` on tensors of the backend of Keras, by one host call.
+
+    The arrays cross to the host as numpy arrays (None stays None), the results come back as
+    tensors of the shapes and dtypes of ``host.specs``: under ``jax.jit`` and
+    ``torch.compile`` too, and inside Keras's symbolic calls (the fake kernel of PyTorch).
+    With a VJP the results are differentiable, once, with respect to the arguments at
+    ``host.differentiable``; without one they carry no gradient. TensorFlow cannot compile
+    the call with XLA.
+
+    Args:
+        host: the :class:`HostFunction`, from :func:`host_function`.
+        *arrays: its array arguments: tensors, numpy arrays, or None for an absent one.
+        **static: its other arguments: hashable values or structures, the same for every
+            call that may share what a backend compiled (JAX's callbacks, PyTorch's key).
+
+    Returns:
+        The results, as a list of tensors.
+
+    Raises:
+        ValueError: on a backend without an adapter.
+
+    Example:
+        >>> import numpy as np
+        >>> total = host_function(
+        ...     "doc_total", lambda x, axis: (x.sum(axis),), lambda x, axis: [(x.shape[:axis], x.dtype)]
+        ... )
+        >>> keras.ops.convert_to_numpy(call(total, np.ones((2, 3)), axis=1)[0]).tolist()
+        [3.0, 3.0]
+    """
+    backend, adapter = _adapter()
+    present = tuple(array is not None for array in arrays)
+    given = [keras.ops.convert_to_tensor(array) for array in arrays if array is not None]
+    return adapter.call_function(host, given, present, static)

@@ -24,9 +24,10 @@ import threading
 
 import numpy as np
 
-from keras_structured.engine import CustomStructure, SolverOptions, Structure, solve
+from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
 from keras_structured.engine.jacobian import Support, jacobian_product
+from keras_structured.ops.host_call._functions import structure_key
 from keras_structured.ops.invalid_inputs import raising_invalid_scores
 
 #: The store's default bound on the bytes of the active sets it keeps.
@@ -350,15 +351,6 @@ _HOSTS_BY_KEY: list[HostSolve] = []
 _HOSTS_LOCK = threading.Lock()
 
 
-def _structure_key(structure: Structure) -> tuple:
-    """The library's structures are equal when their configs are (the configs serialize
-    them); a custom oracle or a user's structure class is known by identity."""
-    library = type(structure).__module__.startswith("keras_structured.engine.")
-    if library and not isinstance(structure, CustomStructure):
-        return type(structure), repr(sorted(structure.get_config().items()))
-    return type(structure), id(structure)
-
-
 def host_solve(
     structure: Structure, options: SolverOptions, ranks: tuple, *, info: str | None = None, code_dtype=None
 ) -> HostSolve:
@@ -382,7 +374,7 @@ def host_solve(
         True
     """
     code_dtype = None if code_dtype is None else np.dtype(code_dtype)
-    key = (_structure_key(structure), options, tuple(ranks), info, code_dtype)
+    key = (structure_key(structure), options, tuple(ranks), info, code_dtype)
     with _HOSTS_LOCK:
         host = _HOSTS.get(key)
         if host is None:

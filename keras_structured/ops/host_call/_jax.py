@@ -21,6 +21,12 @@ the engine solves all problems in one batched call, as it does an ordinary batch
 leave unmapped arguments with size-1 dimensions for the host to broadcast. Because the
 scores are broadcast too, the backward callback of ``jax.jacrev`` (a vmap over cotangents)
 also makes one call, and can solve again from them should the store have dropped the support.
+
+A :class:`~keras_structured.ops.host_call.HostFunction` is one callback
+(:func:`call_function`) with the ``vmap_method`` it declares, inside a ``jax.custom_vjp``
+whose backward rule is a second callback when it has a VJP; without one, its arguments'
+gradients are stopped. Its results take the dtypes JAX holds (int32 for int64 without
+64-bit types).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from keras_structured.engine import SolverOptions, Structure
+from keras_structured.ops.host_call._functions import BoundCall, HostFunction, bind
 from keras_structured.ops.host_call._host import HostSolve, host_solve
 
 #: How ``jax.vmap`` reaches the host callbacks (see the module docstring).
@@ -137,3 +144,61 @@ def _jacobian_product_backward(host: HostSolve, residuals, cotangents):
 
 
 _jacobian_product.defvjp(_jacobian_product_forward, _jacobian_product_backward)
+
+
+def _canonical(specs) -> tuple:
+    """``jax.ShapeDtypeStruct``\\ s of ``(shape, dtype)`` specs, in the dtypes JAX holds."""
+    return tuple(jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype)) for shape, dtype in specs)
+
+
+@functools.cache
+def _host_function(bound: BoundCall, vjp: bool = False):
+    """The callback of ``bound``'s function (or VJP): numpy arrays in, results in the dtypes
+    JAX holds out. One object per bound call, so that eager calls reuse what JAX compiled."""
+
+    def host(*arrays):
+        arrays = [np.asarray(array) for array in arrays]
+        if vjp:
+            return bound.vjp(*arrays)
+        results = bound.function(*arrays)
+        specs = bound.specs(*arrays)
+        return tuple(
+            np.asarray(result, jax.dtypes.canonicalize_dtype(dtype))
+            for result, (_, dtype) in zip(results, specs, strict=True)
+        )
+
+    return host
+
+
+def _function_callback(bound: BoundCall, arrays):
+    results = _canonical(bound.specs(*arrays))
+    return jax.pure_callback(_host_function(bound), results, *arrays, vmap_method=bound.host.vmap_method)
+
+
+def call_function(host: HostFunction, arrays: list, present: tuple, static: dict) -> list:
+    """The results of ``host`` of the given ``arrays`` (see :func:`keras_structured.ops.host_call.call`)."""
+    bound = bind(host, present, static)
+    if bound.host.vjp is None:
+        return list(_function_callback(bound, [jax.lax.stop_gradient(array) for array in arrays]))
+    return list(_differentiable(bound, *arrays))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _differentiable(bound: BoundCall, *arrays):
+    return _function_callback(bound, arrays)
+
+
+def _differentiable_forward(bound: BoundCall, *arrays):
+    return _differentiable(bound, *arrays), arrays
+
+
+def _differentiable_backward(bound: BoundCall, arrays, cotangents):
+    positions = bound.gradient_positions
+    results = _results_like(*(arrays[i] for i in positions))
+    vjp = _host_function(bound, vjp=True)
+    gradients = jax.pure_callback(vjp, results, *arrays, *cotangents, vmap_method=bound.host.vmap_method)
+    by_position = dict(zip(positions, gradients, strict=True))
+    return tuple(by_position.get(i) for i in range(len(arrays)))
+
+
+_differentiable.defvjp(_differentiable_forward, _differentiable_backward)

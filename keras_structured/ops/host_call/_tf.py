@@ -5,6 +5,10 @@ results may have data-dependent shapes), and the backward pass applies them in a
 ``tf.numpy_function``, itself differentiable: the Jacobian is symmetric, so the gradient
 of a Jacobian product is the same product. MAP decoding is one ``tf.numpy_function``
 without gradient.
+
+A :class:`~keras_structured.ops.host_call.HostFunction` is one ``tf.numpy_function``
+(:func:`call_function`), under ``tf.custom_gradient`` when it has a VJP, which is a second
+``tf.numpy_function``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import tensorflow as tf
 
 from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
+from keras_structured.ops.host_call._functions import HostFunction, bind
 from keras_structured.ops.host_call._host import map_decode_arrays, pad_codes
 from keras_structured.ops.invalid_inputs import raising_invalid_scores
 
@@ -145,3 +150,40 @@ def decode_on_host(
     m.set_shape(scores_u.shape)
     n.set_shape(scores_v.shape)
     return [codes, m, n]
+
+
+def _numpy_call(function, arrays: list, specs: list, name: str) -> list[tf.Tensor]:
+    """``function`` of ``arrays`` by one ``tf.numpy_function``, its results given the
+    ``(shape, dtype)`` of ``specs`` (the shapes' known dimensions)."""
+    results = tf.numpy_function(function, arrays, [dtype for _, dtype in specs], stateful=False, name=name)
+    results = tf.nest.flatten(results)  # eagerly, a list of one dtype gives a tensor
+    for result, (shape, _) in zip(results, specs, strict=True):
+        result.set_shape(shape)
+    return results
+
+
+def call_function(host: HostFunction, arrays: list, present: tuple, static: dict) -> list[tf.Tensor]:
+    """The results of ``host`` of the given ``arrays`` (see :func:`keras_structured.ops.host_call.call`)."""
+    bound = bind(host, present, static)
+    specs = bound.specs(*arrays)
+    name = bound.host.name
+    if bound.host.vjp is None:
+        return _numpy_call(bound.function, arrays, specs, name)
+
+    @tf.custom_gradient
+    def differentiable(*arrays):
+        results = _numpy_call(bound.function, list(arrays), specs, name)
+
+        def grad(*upstream):
+            upstream = [tf.zeros_like(r) if u is None else u for r, u in zip(results, upstream, strict=True)]
+            positions = bound.gradient_positions
+            vjp_specs = [(arrays[i].shape, arrays[i].dtype) for i in positions]
+            cotangents = _numpy_call(bound.vjp, [*arrays, *upstream], vjp_specs, f"{name}_vjp")
+            gradients = [None] * len(arrays)
+            for position, cotangent in zip(positions, cotangents, strict=True):
+                gradients[position] = cotangent
+            return gradients
+
+        return results, grad
+
+    return differentiable(*arrays)

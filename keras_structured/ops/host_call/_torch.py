@@ -22,6 +22,14 @@ results back.
 The info's number of structures depends on the data: eagerly it is the batch's largest
 support, as on TensorFlow; under ``torch.compile`` the call pads it to the static bound of
 :func:`._host.max_support`, which is also the size that the fake kernels give.
+
+A :class:`~keras_structured.ops.host_call.HostFunction` named ``name`` is the op
+``keras_structured::<name>`` (and ``keras_structured::<name>_vjp``, its autograd formula,
+when it has a VJP), registered once (:func:`register_function`) with one schema for all,
+``(Tensor[] arrays, int key) -> Tensor[]``: the given arrays, and the key of the
+:class:`~keras_structured.ops.host_call._functions.BoundCall` that holds the static
+arguments and puts back the absent ones (an op's list of tensors cannot hold None and
+keep its autograd formula).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import numpy as np
 import torch
 
 from keras_structured.engine import SolverOptions, Structure
+from keras_structured.ops.host_call._functions import HostFunction, bind, bound_by_key
 from keras_structured.ops.host_call._host import host_by_key, host_solve
 
 
@@ -242,3 +251,77 @@ def _jacobian_backward(ctx, grad_u, grad_v):
 
 
 _jacobian.register_autograd(_jacobian_backward, setup_context=_jacobian_setup)
+
+
+#: The schema of every host function's op (and of its VJP's).
+_FUNCTION_SCHEMA = "(Tensor[] arrays, int key) -> Tensor[]"
+
+_FUNCTION_OPS: dict[str, object] = {}
+
+
+def _function_op(name: str, host_function: str):
+    """The op ``keras_structured::<name>`` calling the ``host_function`` method
+    (``"function"`` or ``"vjp"``) of the bound call of its key; results on the device of
+    its first array."""
+
+    @torch.library.custom_op(f"keras_structured::{name}", mutates_args=(), schema=_FUNCTION_SCHEMA)
+    def op(arrays, key):
+        results = getattr(bound_by_key(key), host_function)(*(_numpy(array) for array in arrays))
+        return [_tensor(result, arrays[0]) for result in results]
+
+    return op
+
+
+def register_function(host: HostFunction) -> None:
+    """Registers the op of ``host`` (and of its VJP, its autograd formula), once."""
+    if host.name in _FUNCTION_OPS:
+        return
+    op = _function_op(host.name, "function")
+
+    @op.register_fake
+    def _(arrays, key):
+        return _empty(bound_by_key(key).specs(*arrays), arrays[0])
+
+    if host.vjp is not None:
+        vjp = _function_op(f"{host.name}_vjp", "vjp")
+        vjp_op = getattr(torch.ops.keras_structured, f"{host.name}_vjp")
+
+        @vjp.register_fake
+        def _(arrays, key):
+            positions = bound_by_key(key).gradient_positions
+            return [torch.empty_like(arrays[i]) for i in positions]
+
+        def setup_context(ctx, inputs, output):
+            arrays, key = inputs
+            ctx.key, ctx.result_specs = key, [(result.shape, result.dtype) for result in output]
+            ctx.save_for_backward(*arrays)
+
+        def backward(ctx, gradients):
+            arrays = ctx.saved_tensors
+            gradients = [
+                arrays[0].new_zeros(shape, dtype=dtype) if gradient is None else gradient
+                for (shape, dtype), gradient in zip(ctx.result_specs, gradients, strict=True)
+            ]
+            cotangents = vjp_op([*arrays, *gradients], ctx.key)
+            by_position = dict(zip(bound_by_key(ctx.key).gradient_positions, cotangents, strict=True))
+            return [by_position.get(i) for i in range(len(arrays))], None
+
+        op.register_autograd(backward, setup_context=setup_context)
+    _FUNCTION_OPS[host.name] = getattr(torch.ops.keras_structured, host.name)
+
+
+@torch.compiler.assume_constant_result
+def _bound_key(host: HostFunction, present: tuple, names: tuple, *values) -> int:
+    """The key of the bound call, a constant of the graph that ``torch.compile`` traces.
+    (The static values come each as an argument: Dynamo cannot pass a structure inside a tuple.)"""
+    return bind(host, present, dict(zip(names, values, strict=True))).key
+
+
+def call_function(host: HostFunction, arrays: list, present: tuple, static: dict) -> list:
+    """The results of ``host`` of the given ``arrays`` (see
+    :func:`keras_structured.ops.host_call.call`)."""
+    register_function(host)  # registered at import, unless the backend was set since
+    key = _bound_key(host, present, tuple(static), *static.values())
+    if host.vjp is None:
+        arrays = [array.detach() for array in arrays]
+    return list(_FUNCTION_OPS[host.name](arrays, key))
