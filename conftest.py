@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -9,12 +10,14 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-# SparseMAP's JAX and PyTorch adapters import their framework: where it is not installed,
-# --doctest-modules does not import them (the library itself never does on TensorFlow).
+# The host-call adapters for JAX and PyTorch (``_jax.py``, ``_torch.py``) import their
+# framework: where it is not installed, --doctest-modules does not import them (the library
+# itself never does on TensorFlow).
 collect_ignore = [
-    f"keras_structured/ops/host_call/_{package}.py"
+    str(path.relative_to(Path(__file__).parent))
     for package in ("jax", "torch")
     if importlib.util.find_spec(package) is None
+    for path in Path(__file__).parent.glob(f"keras_structured/**/_{package}.py")
 ]
 
 

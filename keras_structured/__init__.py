@@ -12,6 +12,7 @@ from keras_structured.layers import (
     SparseMAPSequence,
     Sparsemax,
 )
+from keras_structured.layers.lp_sparsemap_layer import LPSparseMAP
 from keras_structured.losses import (
     LinearChainCRFLoss,
     MarginSparseMAPLoss,
@@ -28,7 +29,9 @@ from keras_structured.losses import (
     structured_perceptron_loss,
     tree_crf_loss,
 )
+from keras_structured.losses.lp_sparsemap_loss import LPSparseMAPLoss, lp_sparsemap_loss
 from keras_structured.ops import map_decode, sparsemap, sparsemap_sequence, sparsemax
+from keras_structured.ops.lp_sparsemap_op import lp_sparsemap
 from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
 
 __version__ = "0.1.0"
@@ -42,6 +45,7 @@ register_string_identifiers(
         SparseMAPMatching,
         SparseMAPBudget,
         SequenceScores,
+        LPSparseMAP,
         PolynomialNetwork,
         FactorizationMachine,
         projections.InterpolationProjection,
@@ -55,6 +59,7 @@ register_string_identifiers(
         StructuredPerceptronLoss,
         LinearChainCRFLoss,
         TreeCRFLoss,
+        LPSparseMAPLoss,
     ),
 )
 
@@ -62,6 +67,8 @@ __all__ = [
     "FactorizationMachine",
     "PolynomialNetwork",
     "polynomial",
+    "LPSparseMAP",
+    "LPSparseMAPLoss",
     "LinearChainCRFLoss",
     "MarginSparseMAPLoss",
     "SparseMAPLoss",
@@ -86,6 +93,8 @@ __all__ = [
     "sparsemax",
     "sparsemax_loss",
     "linear_chain_crf_loss",
+    "lp_sparsemap",
+    "lp_sparsemap_loss",
     "margin_sparsemap_loss",
     "sparsemap_loss",
     "structured_hinge_loss",

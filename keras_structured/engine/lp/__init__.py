@@ -10,6 +10,7 @@ from keras_structured.engine.lp.admm import (
     LPSparseMAPOptions,
     LPSparseMAPSolution,
     lp_sparsemap,
+    lp_sparsemap_batch,
 )
 from keras_structured.engine.lp.graph import Factor, FactorGraph, StructureFactor
 from keras_structured.engine.lp.logic import (
@@ -43,4 +44,5 @@ __all__ = [
     "Xor",
     "XorOut",
     "lp_sparsemap",
+    "lp_sparsemap_batch",
 ]

@@ -45,7 +45,13 @@ from keras_structured.engine.options import DEFAULT_MAX_ITER
 from keras_structured.engine.solve import SparseMAPConvergenceWarning, _warning_stacklevel
 from keras_structured.validation import check_bool, check_integer, check_number
 
-__all__ = ["LPSparseMAPConvergenceWarning", "LPSparseMAPOptions", "LPSparseMAPSolution", "lp_sparsemap"]
+__all__ = [
+    "LPSparseMAPConvergenceWarning",
+    "LPSparseMAPOptions",
+    "LPSparseMAPSolution",
+    "lp_sparsemap",
+    "lp_sparsemap_batch",
+]
 
 # Residual balancing: rho changes by this factor when one residual exceeds the other
 # RHO_BALANCE times, within [RHO_MIN, RHO_MAX].
@@ -56,6 +62,10 @@ INNER_TOL = 1e-12
 # the ADMM iterate (max-norm on u).
 FEASIBILITY_TOL = 1e-9
 POLISH_RADIUS = 1e-3
+# Marginals within this of 0 or 1 are set to it: the polished solution on a face puts the
+# variables held at a bound there up to rounding (1e-16), and a sparse solution's zeros
+# should be zeros.
+SNAP_TOL = 1e-12
 
 
 class LPSparseMAPConvergenceWarning(SparseMAPConvergenceWarning):
@@ -175,14 +185,91 @@ def lp_sparsemap(
     options = LPSparseMAPOptions() if options is None else options
     eta_u, eta_v = graph.check_scores(eta_u, eta_v)
     with single_threaded_blas():
-        solution, message = _solve(graph, eta_u, eta_v, options)
-    if message:
-        warnings.warn(message, LPSparseMAPConvergenceWarning, stacklevel=_warning_stacklevel())
+        solution = _solve(graph, eta_u, eta_v, options)
+    if not solution.converged:
+        warnings.warn(
+            _convergence_message(options, [solution]),
+            LPSparseMAPConvergenceWarning,
+            stacklevel=_warning_stacklevel(),
+        )
     return solution
 
 
-def _solve(graph, eta_u, eta_v, options):
-    """ADMM and the polish; ``(solution, warning message or None)``."""
+def lp_sparsemap_batch(
+    graph: FactorGraph, eta_u, eta_v=None, *, options: LPSparseMAPOptions | None = None
+) -> list[LPSparseMAPSolution]:
+    """:func:`lp_sparsemap` of every example of a batch on one graph, with one warning.
+
+    The examples are solved one after the other (the batched compiled kernel will replace
+    this loop, behind the same signature).
+
+    Args:
+        graph: the :class:`~keras_structured.engine.lp.graph.FactorGraph`.
+        eta_u: ``(batch, num_variables)`` variable scores.
+        eta_v: None, or ``(batch, graph.v_size)``: every factor's additional scores, flat and
+            in factor order (:meth:`~keras_structured.engine.lp.graph.FactorGraph.split_additional`).
+        options: :class:`LPSparseMAPOptions` (default: the defaults).
+
+    Returns:
+        One :class:`LPSparseMAPSolution` per example. When some stop at ``max_iter``, one
+        :class:`LPSparseMAPConvergenceWarning` says how many.
+
+    Raises:
+        ValueError: for scores of the wrong shapes or non-finite scores, naming the example.
+
+    Example:
+        >>> from keras_structured.engine.lp.logic import Pair
+        >>> graph = FactorGraph(2, [Pair(0, 1)])
+        >>> eta_u, eta_v = np.array([[0.2, 0.9], [-1.0, 0.5]]), np.array([[1.0], [0.0]])
+        >>> [(s.u.round(6) + 0.0).tolist() for s in lp_sparsemap_batch(graph, eta_u, eta_v)]
+        [[1.0, 1.0], [0.0, 0.5]]
+    """
+    options = LPSparseMAPOptions() if options is None else options
+    eta_u = np.asarray(eta_u, dtype=np.float64)
+    if eta_u.ndim != 2:
+        raise ValueError(
+            f"eta_u must have shape (batch, {graph.num_variables}). Received: eta_u.shape={eta_u.shape}"
+        )
+    batch = eta_u.shape[0]
+    eta_v = np.zeros((batch, graph.v_size)) if eta_v is None else np.asarray(eta_v, dtype=np.float64)
+    if eta_v.shape != (batch, graph.v_size):
+        raise ValueError(
+            f"eta_v must have shape (batch, {graph.v_size}) = (batch, graph.v_size), like eta_u's "
+            f"batch {batch}. Received: eta_v.shape={eta_v.shape}"
+        )
+    solutions = []
+    with single_threaded_blas():
+        for example, (scores_u, scores_v) in enumerate(zip(eta_u, eta_v, strict=True)):
+            try:
+                checked = graph.check_scores(scores_u, graph.split_additional(scores_v))
+            except ValueError as error:
+                raise ValueError(f"Example {example} of the batch: {error}") from None
+            solutions.append(_solve(graph, *checked, options))
+    if not all(solution.converged for solution in solutions):
+        warnings.warn(
+            _convergence_message(options, solutions),
+            LPSparseMAPConvergenceWarning,
+            stacklevel=_warning_stacklevel(),
+        )
+    return solutions
+
+
+def _convergence_message(options: LPSparseMAPOptions, solutions: list[LPSparseMAPSolution]) -> str:
+    """The warning of problems stopped at ``max_iter``, with their largest residuals."""
+    stopped = [s for s in solutions if not s.converged]
+    primal = max(s.primal_residual for s in stopped)
+    dual = max(s.dual_residual for s in stopped)
+    which = "" if len(solutions) == 1 else f" on {len(stopped)} of {len(solutions)} problems"
+    return (
+        f"LP-SparseMAP did not converge{which} within max_iter={options.max_iter} ADMM iterations "
+        f"(primal residual up to {primal:.3g}, dual residual up to {dual:.3g}, tol={options.tol}). The last "
+        "iterates are returned with converged=False. Raise max_iter or tol; residuals that stall "
+        "far above tol can also mean that the factors admit no common point."
+    )
+
+
+def _solve(graph, eta_u, eta_v, options) -> LPSparseMAPSolution:
+    """ADMM and the polish of one problem (checked float64 scores)."""
     links = graph.links
     blocks = [make_block(factor) for factor in graph.factors]
     num_links = sum(link.size for link in links)
@@ -228,17 +315,10 @@ def _solve(graph, eta_u, eta_v, options):
         if _acceptable(graph, system, candidate, u):
             u, v = system.outputs(candidate)
             polished = True
-    message = None
-    if not converged:
-        message = (
-            f"LP-SparseMAP did not converge within max_iter={options.max_iter} ADMM iterations "
-            f"(primal residual {primal:.3g}, dual residual {dual:.3g}, tol={options.tol}). The last "
-            "iterate is returned with converged=False. Raise max_iter or tol; residuals that stall "
-            "far above tol can also mean that the factors admit no common point."
-        )
-    v = [values.reshape(shape) for values, shape in zip(v, graph.v_shapes, strict=True)]
+    u = _snap(u)
+    v = [_snap(values).reshape(shape) for values, shape in zip(v, graph.v_shapes, strict=True)]
     objective = float(eta_u @ u - 0.5 * u @ u + sum(s @ z.ravel() for s, z in zip(eta_v, v, strict=True)))
-    solution = LPSparseMAPSolution(
+    return LPSparseMAPSolution(
         u=u,
         v=v,
         converged=converged,
@@ -252,7 +332,12 @@ def _solve(graph, eta_u, eta_v, options):
         faces=faces,
         system=system,
     )
-    return solution, message
+
+
+def _snap(values: np.ndarray) -> np.ndarray:
+    """``values`` with the entries within ``SNAP_TOL`` of 0 or 1 set to it."""
+    values = np.where(np.abs(values) <= SNAP_TOL, 0.0, values)
+    return np.where(np.abs(values - 1.0) <= SNAP_TOL, 1.0, values)
 
 
 def _solve_blocks(blocks, links, u, multipliers, eta_v, rho, max_calls):

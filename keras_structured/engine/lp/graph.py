@@ -20,6 +20,7 @@ the SparseMAP problem over the *local polytope* (Niculae and Martins, ICML 2020)
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -201,6 +202,11 @@ class FactorGraph:
             )
         #: Per factor, the shape of its additional parts.
         self.v_shapes = [factor.v_shape() for factor in self.factors]
+        #: Where each factor's additional parts lie in the flat ``(v_size,)`` vector of all of
+        #: them (in factor order): ``v_offsets[f]:v_offsets[f + 1]``.
+        self.v_offsets = np.concatenate([[0], np.cumsum([math.prod(s) for s in self.v_shapes])]).astype(int)
+        #: The number of additional parts of all factors together.
+        self.v_size = int(self.v_offsets[-1])
         self._check_logic_feasible()
 
     def _check_logic_feasible(self) -> None:
@@ -275,6 +281,79 @@ class FactorGraph:
             if not np.isfinite(scores).all():
                 raise ValueError(f"{name} must be finite. Received: {name}={scores.tolist()}")
         return eta_u, flat
+
+    def split_additional(self, flat) -> list[np.ndarray]:
+        """Per factor, its additional parts (shape ``(*leading, *v_shape)``) from the flat
+        ``(*leading, v_size)`` vector of all of them, in factor order.
+
+        Example:
+            >>> from keras_structured.engine.lp.logic import Pair, Xor
+            >>> graph = FactorGraph(3, [Pair(0, 1), Xor([0, 1, 2]), Pair(1, 2)])
+            >>> [part.tolist() for part in graph.split_additional(np.array([0.5, -1.0]))]
+            [[0.5], [], [-1.0]]
+        """
+        flat = np.asarray(flat)
+        if flat.shape[-1:] != (self.v_size,):
+            raise ValueError(
+                f"The additional parts of this graph form a vector of size {self.v_size}. "
+                f"Received: shape={flat.shape}"
+            )
+        leading = flat.shape[:-1]
+        return [
+            flat[..., start:end].reshape(leading + shape)
+            for start, end, shape in zip(self.v_offsets[:-1], self.v_offsets[1:], self.v_shapes, strict=True)
+        ]
+
+    def additional_parts(self, u) -> list[np.ndarray]:
+        """The additional parts of the vertex of the local polytope whose variables are ``u``.
+
+        A binary ``u`` is a vertex when every factor allows it: its variables are the unary
+        parts of a structure of a :class:`StructureFactor` (whose higher-order parts ``n_s``
+        are then the factor's parts), and satisfy each logic factor (a :class:`Pair`'s part
+        is the product of its variables). This gives the gold ``v`` of a gold ``u``. Each
+        factor finds its vertex by its MAP at scores ``2 u - 1`` (the best structure is the
+        one whose unary parts are ``u``, if there is one).
+
+        Args:
+            u: ``(num_variables,)`` zeros and ones.
+
+        Returns:
+            Per factor, its additional parts (shape ``factor.v_shape()``), float64.
+
+        Raises:
+            ValueError: for ``u`` of the wrong shape, not binary, or that a factor does not allow.
+
+        Example:
+            >>> from keras_structured.engine.lp.logic import AtMostOne, Pair
+            >>> graph = FactorGraph(3, [Pair(0, 1), AtMostOne([1, 2])])
+            >>> [part.tolist() for part in graph.additional_parts([1, 1, 0])]
+            [[1.0], []]
+        """
+        from keras_structured.engine.lp.logic import LogicFactor
+
+        u = np.asarray(u, dtype=np.float64)
+        if u.shape != (self.num_variables,) or not np.all((u == 0) | (u == 1)):
+            raise ValueError(
+                f"A vertex of the local polytope has {self.num_variables} variables, each 0 or 1. "
+                f"Received: u={u.tolist()}"
+            )
+        parts = []
+        for i, (factor, link, shape) in enumerate(zip(self.factors, self.links, self.v_shapes, strict=True)):
+            x = u[link]
+            if isinstance(factor, LogicFactor):
+                found, part = factor.map(2.0 * x - 1.0, np.zeros(math.prod(shape)))
+            else:
+                u_shape = factor.variables.shape
+                structure = factor.structure
+                codes = structure.map((2.0 * x - 1.0).reshape((1,) + u_shape), np.zeros((1,) + shape))
+                found, part = (a[0] for a in structure.indicators(codes, u_shape, shape))
+            if not np.array_equal(np.ravel(found), x):
+                raise ValueError(
+                    f"The variables {link.tolist()} of factors[{i}] ({factor!r}) take values that the "
+                    f"factor does not allow. Received: u[variables]={x.tolist()}"
+                )
+            parts.append(np.asarray(part, dtype=np.float64).reshape(shape))
+        return parts
 
     def get_config(self) -> dict:
         """``{"num_variables": ..., "factors": [...]}``, plain values (structures by config)."""

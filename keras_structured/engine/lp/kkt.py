@@ -104,6 +104,14 @@ class FaceSystem:
         self._lu = splu((self.matrix - regularizer).tocsc())
         self.residual = 0.0
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes held by the matrix, its factors and the faces (to bound caches of solutions)."""
+        matrix = self.matrix.data.nbytes + self.matrix.indices.nbytes + self.matrix.indptr.nbytes
+        factors = self._lu.nnz * (8 + 4)  # a float64 value and an int32 index per nonzero of L and U
+        arrays = [array for face in self.faces for array in face] + [self.dual_rhs]
+        return matrix + factors + sum(a.nbytes for a in arrays)
+
     def solve(self, primal_rhs: np.ndarray, dual_rhs: np.ndarray) -> np.ndarray:
         """Solve ``K [y; lambda] = [primal_rhs; dual_rhs]`` for the primal part ``y``.
 
