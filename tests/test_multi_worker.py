@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "multi_worker_fit.py"
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,6 +88,7 @@ def train_alone(out: Path) -> None:
     script.main(str(out))
 
 
+@pytest.mark.slow  # 18 s: three TensorFlow processes
 def test_two_workers_train_the_weights_of_one(tmp_path):
     train_alone(tmp_path / "single.npz")
     for worker in run_workers(2, tmp_path):

@@ -276,6 +276,7 @@ def test_bad_arguments():
         ks.SparseMAP({"class_name": "Nope", "config": {}})
 
 
+@pytest.mark.slow  # 12 s: a fresh process with two logical devices
 def test_layers_train_under_mirrored_strategy():
     script = os.path.join(os.path.dirname(__file__), "scripts", "mirrored_fit.py")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -115,6 +115,7 @@ def test_half_precision_inputs_get_float32_results():
     np.testing.assert_allclose(marginals.numpy(), expected_marginals, atol=2e-7)
 
 
+@pytest.mark.slow  # 10 s: memory of long sentences
 def test_kernel_keeps_factors_of_quadratic_size():
     # Forward stores the eliminated Laplacian, not every step: O(n^2) per sentence.
     scores = np.zeros((1, 301, 301))
