@@ -157,10 +157,11 @@ FAST = dict(update_epochs=2, distill_epochs=2)
     [
         # 4 x 128: episodes of 200 steps end
         ("MountainCar-v0", dict(total_steps=2048, entropy_activation_fraction=1.0)),
-        (
+        pytest.param(  # 999-step episodes; 5 s, and Swimmer-v5 covers continuous actions
             "MountainCarContinuous-v0",
             dict(total_steps=4096, num_steps=256, entropy_activation_fraction=1.0),
-        ),  # 999-step episodes
+            marks=pytest.mark.slow,
+        ),
         (
             "Swimmer-v5",
             dict(

@@ -149,7 +149,7 @@ def test_the_lock_is_released_when_a_run_ends_or_fails(parser_copy, treebank, mo
 # ------------------------------------------------------------------------------- 3. no symlinks
 
 
-@pytest.mark.parametrize("command", ["parser", "nli"])
+@pytest.mark.parametrize("command", ["parser", pytest.param("nli", marks=pytest.mark.slow)])  # nli: 11 s
 def test_evaluate_never_writes_through_a_planted_symlink(command, request, tmp_path, capsys):
     logdir = request.getfixturevalue(f"{command}_copy")
     main = {"parser": parser_main, "nli": nli_main}[command]

@@ -65,7 +65,7 @@ def test_gradient_scales_each_example_by_its_upstream_gradient():
         np.testing.assert_allclose(weighted[b], weights.numpy()[b] * expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("single_root", [False, True])
+@pytest.mark.parametrize("single_root", [False, pytest.param(True, marks=pytest.mark.slow)])  # 8 s each
 def test_marginals_are_differentiable(single_root):
     # Second derivatives of log Z (through the pure-TensorFlow elimination), in a graph.
     scores = tf.constant(np.random.default_rng(13).normal(size=(2, 4, 4)))
