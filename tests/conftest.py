@@ -16,6 +16,7 @@ APPLICATION_MODULES = (
     "test_bench_",
     "test_examples_",
     "test_gold_tree_",
+    "test_lp_examples",
     "test_nli_",
     "test_parser_",
     "test_parsing_",
