@@ -25,6 +25,12 @@ missing package named) before its fixtures run; ``require_backend`` skips from i
 with the current backend's autodiff (``tf.GradientTape``, ``jax.vjp``, ``torch.autograd``),
 eagerly or compiled, for the functions to return.
 
+A test module that compares :data:`OTHER_BACKENDS` with TensorFlow builds its module-scoped
+fixtures here: ``saved_directory_fixture`` (the models saved under TensorFlow, for the backends
+to load) and ``backend_runs_fixture`` (one process per backend, started once for the module);
+``assert_all_close`` compares what they return with :data:`FORWARD_TOL`, :data:`GRADIENT_TOL`
+and :data:`FLOAT64_TOL`.
+
 Example::
 
     @pytest.mark.parametrize("backend", backend_params("jax", "torch"))
@@ -45,6 +51,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +62,11 @@ BACKENDS = ("tensorflow", "jax", "torch")
 # The package each backend imports, and the extra of keras-structured that installs it.
 BACKEND_PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 BACKEND_EXTRAS = {"tensorflow": "", "jax": "[jax]", "torch": "[torch]"}
+# The backends compared with TensorFlow, and the tolerances of the comparisons (docs/backends.md).
+OTHER_BACKENDS = ("jax", "torch")
+FORWARD_TOL = 1e-6  # float32 forward values
+GRADIENT_TOL = 1e-5  # float32 gradients
+FLOAT64_TOL = 1e-12  # float64 values and gradients
 
 
 def missing_backend(backend: str) -> str | None:
@@ -276,8 +288,169 @@ def value_and_vjp(function, inputs, upstream, *, compiled: bool = False):
         gradients = [t.grad for t in tensors]
     else:
         raise ValueError(f"value_and_vjp supports {BACKENDS}. Received: backend={backend!r}")
-    to_numpy = keras.ops.convert_to_numpy
     return to_numpy(outputs), [to_numpy(g) for g in gradients]
+
+
+def to_numpy(x) -> np.ndarray:
+    """``x``, a tensor of the current backend or an array-like, as a numpy array.
+
+    Example::
+
+        to_numpy(keras.ops.ones((2,)))  # array([1., 1.], dtype=float32)
+    """
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def random_upstream(shape, dtype: str = "float32", seed: int = 1) -> np.ndarray:
+    """Standard normal numbers (drawn in float64 from ``seed``, then cast to ``dtype``): an
+    upstream gradient for :func:`value_and_vjp`, the same on every backend.
+
+    Example::
+
+        random_upstream((4, 3), "float64", seed=2).shape  # (4, 3)
+    """
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
+
+
+def assert_all_close(
+    got: dict, want: dict, forward_tol: float, gradient_tol: float, *, subset: bool = False
+) -> None:
+    """Each array of ``got`` equal to ``want``'s of the same key within ``rtol = atol = tol``:
+    ``tol`` is ``gradient_tol`` for a gradient (a key with ``/grad``), else ``forward_tol``.
+
+    Args:
+        got, want: name -> array, e.g. a backend's results and TensorFlow's.
+        forward_tol, gradient_tol: the tolerances of values and of gradients.
+        subset: ``got`` may hold some of ``want``'s keys only (at least one); else the same keys.
+
+    Example::
+
+        assert_all_close(results["values"], tensorflow_values, FORWARD_TOL, GRADIENT_TOL)
+    """
+    if subset:
+        assert got and set(got) <= set(want), sorted(got)
+    else:
+        assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+    for key in got:
+        tol = gradient_tol if "/grad" in key else forward_tol
+        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=key)
+
+
+def assert_keras_files_move(
+    results: BackendResults,
+    load: Callable[[str], dict],
+    directory: Path,
+    backend: str,
+    saved: str,
+    *,
+    same_model: bool = False,
+) -> None:
+    """``.keras`` files saved under TensorFlow and ``backend`` compute the same under both.
+
+    ``load(path)`` returns what the model saved at ``path`` computes (name -> array); the
+    backend ran it on ``directory/tensorflow.keras``, the file saved here, as the call
+    ``load_tensorflow_model``, and saved ``directory/{backend}.keras`` in the call ``saved``,
+    which returned what that model computed there (the same names, and perhaps others).
+    Arrays agree to :data:`FORWARD_TOL` (absolute).
+
+    Args:
+        results: the backend's :class:`BackendResults`.
+        load: the module-level function the backend ran as ``load_tensorflow_model``.
+        directory: the module's ``saved_directory``.
+        backend: the backend's name.
+        saved: the name of the backend's call that saved its model.
+        same_model: the backend saved the model saved here (the same weights): what it
+            computed equals what the file saved here computes.
+
+    Example::
+
+        assert_keras_files_move(backend_runs[backend].wait(), load_tagger, saved_directory, backend, "fit")
+    """
+    tensorflow = load(str(directory / "tensorflow.keras"))
+    loaded_here = load(str(directory / f"{backend}.keras"))
+    for key in tensorflow:
+        # Saved under TensorFlow, loaded under the backend.
+        np.testing.assert_allclose(results["load_tensorflow_model"][key], tensorflow[key], atol=FORWARD_TOL)
+        # Saved under the backend, loaded under TensorFlow.
+        np.testing.assert_allclose(loaded_here[key], results[saved][key], atol=FORWARD_TOL)
+        if same_model:
+            np.testing.assert_allclose(results[saved][key], tensorflow[key], atol=FORWARD_TOL)
+
+
+class BackendRuns(dict):
+    """backend -> :class:`PendingCalls`, the value of the ``backend_runs`` fixture; looking up a
+    backend that cannot run skips the test (:func:`require_backend`)."""
+
+    def __getitem__(self, backend: str) -> PendingCalls:
+        require_backend(backend)
+        return super().__getitem__(backend)
+
+
+def saved_directory_fixture(name: str, save: Callable[[Path], object]):
+    """A module-scoped pytest fixture ``saved_directory``: a new directory (named after
+    ``name``) holding what ``save(directory)`` writes under TensorFlow, the models the other
+    backends load. Skipped, with nothing saved, when none of :data:`OTHER_BACKENDS` can run.
+
+    Example::
+
+        saved_directory = saved_directory_fixture(
+            "backends_sparsemax", lambda directory: save_model(str(directory / "tensorflow.keras"))
+        )
+    """
+    import pytest
+
+    @pytest.fixture(scope="module", name="saved_directory")
+    def saved_directory(tmp_path_factory) -> Path:
+        reasons = [missing_backend(backend) for backend in OTHER_BACKENDS]
+        if all(reasons):
+            pytest.skip("; ".join(reasons))
+        directory = tmp_path_factory.mktemp(name)
+        save(directory)
+        return directory
+
+    return saved_directory
+
+
+def backend_runs_fixture(calls: Callable[[str, Path], dict], needed_calls: dict | None = None):
+    """A module-scoped pytest fixture ``backend_runs``: one process per backend of
+    :data:`OTHER_BACKENDS` that can run, all started at once, running ``calls(backend,
+    saved_directory)`` in the module's ``saved_directory``; a :class:`BackendRuns`. The
+    processes still running when the module's tests are done are killed.
+
+    Args:
+        calls: ``(backend, directory) -> {name: call}``, the calls of :func:`start_calls`.
+        needed_calls: test name -> the names of the calls it reads. Given, only the calls of the
+            selected tests run (in sorted order), under the backends those tests are
+            parametrized with (``backend``); else every call, under every backend that can run.
+
+    Example::
+
+        backend_runs = backend_runs_fixture(_calls, {"test_values_equal_tensorflow": ["values"]})
+    """
+    import pytest
+
+    @pytest.fixture(scope="module", name="backend_runs")
+    def backend_runs(request, saved_directory):
+        backends, names = OTHER_BACKENDS, None
+        if needed_calls is not None:
+            selected = [item for item in request.session.items if item.path == request.path]
+            names = {name for item in selected for name in needed_calls.get(item.originalname, [])}
+            backends = {item.callspec.params.get("backend") for item in selected if hasattr(item, "callspec")}
+        runs = BackendRuns()
+        for backend in OTHER_BACKENDS:
+            if backend in backends and missing_backend(backend) is None:
+                backend_calls = calls(backend, saved_directory)
+                if names is not None:
+                    backend_calls = {name: backend_calls[name] for name in sorted(names & set(backend_calls))}
+                runs[backend] = start_calls(backend, backend_calls, saved_directory)
+        yield runs
+        for run in runs.values():
+            if run.process is not None and run.process.poll() is None:
+                run.process.kill()
+
+    return backend_runs
 
 
 def _call_spec(call) -> dict:
@@ -319,10 +492,6 @@ def _read_results(backend: str, out_dir: Path, names, output: str) -> BackendRes
     return results
 
 
-if __name__ == "__main__":  # the child: python -m tests.backend_harness OUT_DIR
-    _run_spec(Path(sys.argv[1]))
-
-
 @contextlib.contextmanager
 def jax_x64(enable: bool = True):
     """64-bit types on JAX (off by default there) for the block when ``enable``; nothing on
@@ -340,3 +509,7 @@ def jax_x64(enable: bool = True):
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+if __name__ == "__main__":  # the child: python -m tests.backend_harness OUT_DIR
+    _run_spec(Path(sys.argv[1]))

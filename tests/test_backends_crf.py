@@ -27,13 +27,22 @@ from keras_structured.ops import (
     tree_crf_log_partition,
     tree_crf_marginals,
 )
-from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
+from tests.backend_harness import (
+    FLOAT64_TOL,
+    FORWARD_TOL,
+    GRADIENT_TOL,
+    OTHER_BACKENDS,
+    assert_all_close,
+    assert_keras_files_move,
+    backend_runs_fixture,
+    jax_x64,
+    random_upstream,
+    saved_directory_fixture,
+    start_calls,
+    value_and_vjp,
+)
 from tests.layer_checks import check_layer
 
-OTHER_BACKENDS = ("jax", "torch")
-FORWARD_TOL = 1e-6
-GRADIENT_TOL = 1e-5
-FLOAT64_TOL = 1e-12
 MODULE = __name__
 CHAIN_LENGTHS = np.array([6, 3, 1, 0], "int32")
 TREE_WORDS = np.array([5, 3, 1, 0], "int32")
@@ -101,10 +110,6 @@ def _cases(dtype: str) -> dict:
     }
 
 
-def _upstream(shape, dtype: str, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
-
-
 def crf_values(dtype: str = "float32", compiled: bool = False, order: str = "all") -> dict:
     """Outputs and gradients of the CRF ops and losses (:func:`_cases`): for ``order="first"``
     the log-partition functions and losses (gradients: first derivatives), for ``"second"``
@@ -114,7 +119,9 @@ def crf_values(dtype: str = "float32", compiled: bool = False, order: str = "all
         for name, (function, inputs, shape) in _cases(dtype).items():
             if order != "all" and ("marginals" in name) != (order == "second"):
                 continue
-            outputs, gradients = value_and_vjp(function, inputs, _upstream(shape, dtype), compiled=compiled)
+            outputs, gradients = value_and_vjp(
+                function, inputs, random_upstream(shape, dtype), compiled=compiled
+            )
             assert outputs.dtype == dtype and all(g.dtype == dtype for g in gradients), name
             results[f"{name}/out"] = outputs
             for index, gradient in enumerate(gradients):
@@ -253,30 +260,11 @@ JAX_SLOW_CALLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def saved_directory(tmp_path_factory) -> Path:
-    """A directory holding the tagger trained and saved under TensorFlow (``tensorflow.keras``);
-    no training, and the tests skipped, when neither JAX nor PyTorch is installed."""
-    missing = [missing_backend(backend) for backend in OTHER_BACKENDS]
-    if all(missing):
-        pytest.skip("; ".join(missing))
-    directory = tmp_path_factory.mktemp("backends_crf")
-    fit_tagger(str(directory / "tensorflow.keras"))
-    return directory
-
-
-@pytest.fixture(scope="module")
-def backend_runs(saved_directory):
-    """One process per installed backend, all started at once; backend -> PendingCalls."""
-    runs = {
-        backend: start_calls(backend, _calls(backend, saved_directory), saved_directory)
-        for backend in OTHER_BACKENDS
-        if missing_backend(backend) is None
-    }
-    yield runs
-    for run in runs.values():
-        if run.process is not None and run.process.poll() is None:
-            run.process.kill()
+# The tagger trained and saved under TensorFlow (``tensorflow.keras``), and the backends' processes.
+saved_directory = saved_directory_fixture(
+    "backends_crf", lambda directory: fit_tagger(str(directory / "tensorflow.keras"))
+)
+backend_runs = backend_runs_fixture(_calls)
 
 
 @pytest.fixture(scope="module")
@@ -284,44 +272,37 @@ def tensorflow_values() -> dict:
     return {dtype: crf_values(dtype) for dtype in ("float32", "float64")}
 
 
-def _results(backend_runs, backend: str):
-    require_backend(backend)
-    return backend_runs[backend].wait()
-
-
-def _assert_equal_to(values: dict, expected: dict, forward_tol: float, gradient_tol: float) -> None:
-    """Every array of ``values`` equal to ``expected``'s of the same key (its cases a subset)."""
-    assert values and set(values) <= set(expected), sorted(values)
-    for key in values:
-        tol = forward_tol if key.endswith("/out") else gradient_tol
-        np.testing.assert_allclose(values[key], expected[key], rtol=tol, atol=tol, err_msg=key)
-
-
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_forward_values_and_gradients_equal_tensorflow(backend, backend_runs, tensorflow_values):
-    results = _results(backend_runs, backend)
-    _assert_equal_to(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
+    results = backend_runs[backend].wait()
+    assert_all_close(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL, subset=True)
     if backend == "torch":
-        _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+        assert_all_close(
+            results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL, subset=True
+        )
 
 
 def test_jax_jit_equals_tensorflow(backend_runs, tensorflow_values):
-    _assert_equal_to(
-        _results(backend_runs, "jax")["jit"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL
+    assert_all_close(
+        backend_runs["jax"].wait()["jit"],
+        tensorflow_values["float32"],
+        FORWARD_TOL,
+        GRADIENT_TOL,
+        subset=True,
     )
 
 
 @pytest.mark.slow
 def test_jax_second_derivatives_float64_vmap_and_hessian(tmp_path, tensorflow_values):
     results = start_calls("jax", JAX_SLOW_CALLS, tmp_path).wait()
-    _assert_equal_to(results["second"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
-    _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+    assert_all_close(results["second"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL, subset=True)
+    assert_all_close(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL, subset=True)
     assert results["transformations"]["hessian_error"] < 1e-6
 
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_invalid_inputs_raise_eagerly_and_give_nan_under_jit(backend, backend_runs):
-    results = _results(backend_runs, backend)["invalid"]
+    results = backend_runs[backend].wait()["invalid"]
     if backend == "jax":
         assert np.isfinite(results["jit_log_z"][0]) and np.isnan(results["jit_log_z"][1])
         assert np.isfinite(results["jit_loss"][0]) and np.isnan(results["jit_loss"][1])
@@ -329,14 +310,7 @@ def test_invalid_inputs_raise_eagerly_and_give_nan_under_jit(backend, backend_ru
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_tagger_fits_and_keras_files_move_between_backends(backend, backend_runs, saved_directory):
-    results = _results(backend_runs, backend)
-    tensorflow = load_tagger(str(saved_directory / "tensorflow.keras"))["predictions"]
-    # Saved under TensorFlow, loaded under the backend.
-    np.testing.assert_allclose(results["load_tensorflow_model"]["predictions"], tensorflow, atol=FORWARD_TOL)
-    # Trained and saved under the backend, loaded under TensorFlow.
-    saved = results["fit"]["predictions"]
-    loaded = load_tagger(str(saved_directory / f"{backend}.keras"))["predictions"]
-    np.testing.assert_allclose(loaded, saved, atol=FORWARD_TOL)
+    assert_keras_files_move(backend_runs[backend].wait(), load_tagger, saved_directory, backend, "fit")
 
 
 @pytest.mark.slow

@@ -25,13 +25,23 @@ import pytest
 from keras import ops
 
 from keras_structured import projections as kp
-from tests.backend_harness import backend_params, jax_x64, missing_backend, start_calls, value_and_vjp
+from tests.backend_harness import (
+    FLOAT64_TOL,
+    FORWARD_TOL,
+    GRADIENT_TOL,
+    OTHER_BACKENDS,
+    assert_all_close,
+    assert_keras_files_move,
+    backend_params,
+    backend_runs_fixture,
+    jax_x64,
+    random_upstream,
+    saved_directory_fixture,
+    to_numpy,
+    value_and_vjp,
+)
 from tests.layer_checks import check_layer
 
-OTHER_BACKENDS = ("jax", "torch")
-FORWARD_TOL = 1e-6
-GRADIENT_TOL = 1e-5
-FLOAT64_TOL = 1e-12
 MODULE = __name__
 BATCH = 6
 
@@ -109,10 +119,6 @@ def _constraint_cases() -> dict:
     }
 
 
-def _upstream(shape, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=shape)
-
-
 def projection_values(dtype: str = "float32", compiled: bool = False) -> dict:
     """Every constraint's projection and its gradients (inputs, reference, a traced bound)."""
     results = {}
@@ -124,7 +130,7 @@ def projection_values(dtype: str = "float32", compiled: bool = False) -> dict:
                 return constraint.project(x, reference, **kwargs)
 
             out, grads = value_and_vjp(
-                project, inputs, _upstream(x.shape, index).astype(dtype), compiled=compiled
+                project, inputs, random_upstream(x.shape, dtype, index), compiled=compiled
             )
             assert keras.backend.standardize_dtype(out.dtype) == dtype, (name, out.dtype)
             results[f"{name}/out"] = out
@@ -136,7 +142,7 @@ def projection_values(dtype: str = "float32", compiled: bool = False) -> dict:
         out, grads = value_and_vjp(
             lambda p, bound: kp.EntropyLowerBound(bound).project(p),
             [probs, bounds],
-            _upstream(probs.shape, 99).astype(dtype),
+            random_upstream(probs.shape, dtype, 99),
             compiled=compiled,
         )
         results["entropy_tensor_bound/out"] = out
@@ -187,7 +193,7 @@ def gaussian_values(dtype: str = "float32", compiled: bool = False) -> dict:
             inputs = _gaussian_inputs(dtype, diagonal, shared, seed)
             size = inputs[0].size + (inputs[0].size if diagonal else BATCH * 9)
             out, grads = value_and_vjp(
-                project, inputs, _upstream((size,), seed).astype(dtype), compiled=compiled
+                project, inputs, random_upstream((size,), dtype, seed), compiled=compiled
             )
             name = f"gaussian_diagonal{diagonal}_shared{shared}_average{average}"
             results[f"{name}/out"] = out
@@ -201,7 +207,7 @@ def gaussian_values(dtype: str = "float32", compiled: bool = False) -> dict:
                     p, q, min_entropy=1.2, epsilon=0.05, average_over_batch=average
                 )[0],
                 [probs, old],
-                _upstream(probs.shape, 8).astype(dtype),
+                random_upstream(probs.shape, dtype, 8),
                 compiled=compiled,
             )
             results[f"categorical_average{average}/out"] = out
@@ -290,7 +296,7 @@ def fit_with_projections() -> dict:
     y = np.clip(x[:, :3], -0.5, 0.5)
     history = model.fit(x, y, epochs=4, batch_size=16, verbose=0).history["loss"]
     assert np.isfinite(history).all() and history[-1] < history[0], history
-    assert np.all(np.linalg.norm(_numpy(model.predict(x, verbose=0)), axis=-1) <= 1.0 + 1e-5)
+    assert np.all(np.linalg.norm(to_numpy(model.predict(x, verbose=0)), axis=-1) <= 1.0 + 1e-5)
     results["interpolation"] = np.array(history)
 
     keras.utils.set_random_seed(0)
@@ -304,7 +310,7 @@ def fit_with_projections() -> dict:
     history = history.history["loss"]
     assert np.isfinite(history).all() and history[-1] < history[0], history
     _, std = model.predict(x, verbose=0)
-    assert np.all(_numpy(kp.gaussian_entropy(_numpy(std), diagonal=True)) >= 2.5 - 1e-4)
+    assert np.all(to_numpy(kp.gaussian_entropy(to_numpy(std), diagonal=True)) >= 2.5 - 1e-4)
     results["gaussian"] = np.array(history)
     return results
 
@@ -339,11 +345,7 @@ def load_projection_model(path: str) -> dict:
 
 def _predictions(model) -> dict:
     points, mean, std = model.predict(_saved_model_inputs(), verbose=0)
-    return {"points": _numpy(points), "mean": _numpy(mean), "std": _numpy(std)}
-
-
-def _numpy(x) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(x))
+    return {"points": to_numpy(points), "mean": to_numpy(mean), "std": to_numpy(std)}
 
 
 # --- the tests, under TensorFlow --------------------------------------------------------
@@ -377,14 +379,12 @@ NEEDED_CALLS = {
 }
 
 
-def _calls(backend: str, directory: Path, names) -> dict:
+def _calls(backend: str, directory: Path) -> dict:
     calls = {
         "values": f"{MODULE}:projection_values",
         "values64": (f"{MODULE}:projection_values", {"dtype": "float64"}),
         "gaussian": f"{MODULE}:gaussian_values",
         "gaussian64": (f"{MODULE}:gaussian_values", {"dtype": "float64"}),
-        "jit_values": (f"{MODULE}:projection_values", {"compiled": True}),
-        "jit_gaussian": (f"{MODULE}:gaussian_values", {"compiled": True}),
         "errors": f"{MODULE}:errors",
         "layer_checks": (f"{MODULE}:layer_checks", {"tmp_dir": str(directory)}),
         "fit": f"{MODULE}:fit_with_projections",
@@ -394,49 +394,24 @@ def _calls(backend: str, directory: Path, names) -> dict:
         ),
         "save_model": (f"{MODULE}:save_projection_model", {"path": str(directory / f"{backend}.keras")}),
     }
-    if backend != "jax":
-        names = names - {"jit_values", "jit_gaussian"}
-    return {name: calls[name] for name in sorted(names)}
+    if backend == "jax":
+        calls["jit_values"] = (f"{MODULE}:projection_values", {"compiled": True})
+        calls["jit_gaussian"] = (f"{MODULE}:gaussian_values", {"compiled": True})
+    return calls
 
 
-@pytest.fixture(scope="module")
-def saved_directory(tmp_path_factory) -> Path:
-    """A directory holding the model saved under TensorFlow (``tensorflow.keras``)."""
-    directory = tmp_path_factory.mktemp("backends_projections")
-    save_projection_model(str(directory / "tensorflow.keras"))
-    return directory
-
-
-@pytest.fixture(scope="module")
-def backend_runs(request, saved_directory):
-    """One process per installed backend, all started at once, running the calls of the
-    selected tests; backend -> PendingCalls."""
-    selected = [item for item in request.session.items if item.path == request.path]
-    names = {name for item in selected for name in NEEDED_CALLS.get(item.originalname, [])}
-    backends = {item.callspec.params.get("backend") for item in selected if hasattr(item, "callspec")}
-    runs = {
-        backend: start_calls(backend, _calls(backend, saved_directory, names), saved_directory)
-        for backend in OTHER_BACKENDS
-        if backend in backends and missing_backend(backend) is None
-    }
-    yield runs
-    for run in runs.values():
-        if run.process is not None and run.process.poll() is None:
-            run.process.kill()
-
-
-def _assert_close(got: dict, want: dict, forward_tol: float, gradient_tol: float) -> None:
-    assert sorted(got) == sorted(want)
-    for key in want:
-        tol = gradient_tol if "/grad" in key else forward_tol
-        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=key)
+# The model saved under TensorFlow (``tensorflow.keras``), and the backends' processes.
+saved_directory = saved_directory_fixture(
+    "backends_projections", lambda directory: save_projection_model(str(directory / "tensorflow.keras"))
+)
+backend_runs = backend_runs_fixture(_calls, NEEDED_CALLS)
 
 
 @pytest.mark.parametrize("backend", _slow_on("jax"))
 def test_projections_equal_tensorflow(backend, backend_runs):
     results = backend_runs[backend].wait()
-    _assert_close(results["values"], _tensorflow("projection_values"), FORWARD_TOL, GRADIENT_TOL)
-    _assert_close(results["gaussian"], _tensorflow("gaussian_values"), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["values"], _tensorflow("projection_values"), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["gaussian"], _tensorflow("gaussian_values"), FORWARD_TOL, GRADIENT_TOL)
 
 
 @pytest.mark.slow
@@ -444,14 +419,14 @@ def test_projections_equal_tensorflow(backend, backend_runs):
 def test_projections_in_float64_equal_tensorflow(backend, backend_runs):
     results = backend_runs[backend].wait()
     for name, function in [("values64", "projection_values"), ("gaussian64", "gaussian_values")]:
-        _assert_close(results[name], _tensorflow(function, "float64"), FLOAT64_TOL, FLOAT64_TOL)
+        assert_all_close(results[name], _tensorflow(function, "float64"), FLOAT64_TOL, FLOAT64_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params("jax"))
 def test_jax_jit_equals_tensorflow(backend, backend_runs):
     results = backend_runs[backend].wait()
-    _assert_close(results["jit_values"], _tensorflow("projection_values"), FORWARD_TOL, GRADIENT_TOL)
-    _assert_close(results["jit_gaussian"], _tensorflow("gaussian_values"), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["jit_values"], _tensorflow("projection_values"), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["jit_gaussian"], _tensorflow("gaussian_values"), FORWARD_TOL, GRADIENT_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
@@ -476,11 +451,6 @@ def test_model_fit_with_projection_layers(backend, backend_runs):
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_keras_file_loads_and_predicts_the_same_across_backends(backend, backend_runs, saved_directory):
     results = backend_runs[backend].wait()
-    tensorflow = load_projection_model(str(saved_directory / "tensorflow.keras"))
-    loaded_elsewhere = load_projection_model(str(saved_directory / f"{backend}.keras"))
-    for key in tensorflow:
-        # Saved under TensorFlow, loaded under the backend.
-        np.testing.assert_allclose(results["load_tensorflow_model"][key], tensorflow[key], atol=FORWARD_TOL)
-        # Saved under the backend, loaded under TensorFlow.
-        np.testing.assert_allclose(loaded_elsewhere[key], results["save_model"][key], atol=FORWARD_TOL)
-        np.testing.assert_allclose(results["save_model"][key], tensorflow[key], atol=FORWARD_TOL)
+    assert_keras_files_move(
+        results, load_projection_model, saved_directory, backend, "save_model", same_model=True
+    )

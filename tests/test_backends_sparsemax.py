@@ -16,12 +16,23 @@ import numpy as np
 import pytest
 
 import keras_structured as ks
-from tests.backend_harness import backend_params, jax_x64, missing_backend, start_calls, value_and_vjp
+from tests.backend_harness import (
+    FLOAT64_TOL,
+    FORWARD_TOL,
+    GRADIENT_TOL,
+    OTHER_BACKENDS,
+    assert_all_close,
+    assert_keras_files_move,
+    backend_params,
+    backend_runs_fixture,
+    jax_x64,
+    random_upstream,
+    saved_directory_fixture,
+    to_numpy,
+    value_and_vjp,
+)
 from tests.layer_checks import check_layer
 
-OTHER_BACKENDS = ("jax", "torch")
-FORWARD_TOL = 1e-6
-GRADIENT_TOL = 1e-5
 MODULE = __name__
 
 
@@ -46,10 +57,6 @@ def _cases() -> dict:
     }
 
 
-def _upstream(shape, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=shape).astype("float32")
-
-
 def sparsemax_values(compiled: bool = False) -> dict:
     """sparsemax and sparsemax_loss outputs and gradients on every case (float32)."""
     results = {}
@@ -57,7 +64,7 @@ def sparsemax_values(compiled: bool = False) -> dict:
         probs, [grad] = value_and_vjp(
             lambda z, mask=mask, axis=axis: ks.sparsemax(z, axis=axis, mask=mask),
             [logits],
-            _upstream(logits.shape),
+            random_upstream(logits.shape),
             compiled=compiled,
         )
         results[f"{name}/probs"], results[f"{name}/grad"] = probs, grad
@@ -70,13 +77,13 @@ def sparsemax_values(compiled: bool = False) -> dict:
         loss, [grad] = value_and_vjp(
             lambda z, axis=axis: ks.sparsemax_loss(labels, z, axis=axis),
             [logits],
-            _upstream(np.delete(logits.shape, axis % 2)),
+            random_upstream(np.delete(logits.shape, axis % 2)),
             compiled=compiled,
         )
         results[f"loss_axis{axis}/value"], results[f"loss_axis{axis}/grad"] = loss, grad
     loss_class = ks.SparsemaxLoss(sparse_labels=True, reduction="none")
     loss, [grad] = value_and_vjp(
-        lambda z: loss_class(classes, z), [logits], _upstream(classes.shape), compiled=compiled
+        lambda z: loss_class(classes, z), [logits], random_upstream(classes.shape), compiled=compiled
     )
     results["sparse_labels/value"], results["sparse_labels/grad"] = loss, grad
     return results
@@ -86,11 +93,11 @@ def dtype_values() -> dict:
     """float16 and float64 outputs and float64 gradients (JAX with 64-bit types on)."""
     logits, mask, _ = _cases()["mask"]
     logits = logits.clip(-1e4, 1e4)  # within float16's range
-    results = {"float16/probs": _numpy(ks.sparsemax(logits.astype("float16"), mask=mask))}
+    results = {"float16/probs": to_numpy(ks.sparsemax(logits.astype("float16"), mask=mask))}
     with jax_x64():
         logits64 = logits.astype("float64") / 3
         probs, [grad] = value_and_vjp(
-            lambda z: ks.sparsemax(z, mask=mask), [logits64], _upstream(logits.shape).astype("float64")
+            lambda z: ks.sparsemax(z, mask=mask), [logits64], random_upstream(logits.shape).astype("float64")
         )
     assert probs.dtype == "float64" and grad.dtype == "float64", (probs.dtype, grad.dtype)
     results["float64/probs"], results["float64/grad"] = probs, grad
@@ -114,7 +121,7 @@ def invalid_inputs() -> dict:
             lambda z: ks.SparsemaxLoss(sparse_labels=True)(np.array([0, 1]), z),
         ):
             with pytest.raises(ValueError, match="logits"):
-                _numpy(function(logits))
+                to_numpy(function(logits))
         if backend == "jax":
             import jax
 
@@ -123,7 +130,7 @@ def invalid_inputs() -> dict:
             results[f"{name}/jit"] = probs
     loss = ks.SparsemaxLoss(sparse_labels=True, reduction="none")
     logits = np.array([[0.0, 5.0, 0.0], [0.0, 1.0, 0.0]], "float32")
-    assert np.isfinite(_numpy(loss(np.array([1, 1]), logits))).all()
+    assert np.isfinite(to_numpy(loss(np.array([1, 1]), logits))).all()
     for labels in ([1, 3], [1, -1]):
         with pytest.raises(ValueError, match="y_true"):
             loss(np.array(labels), logits)
@@ -195,18 +202,14 @@ def save_sparsemax_model(path: str) -> dict:
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), ks.Sparsemax()])
     model.layers[0].set_weights(_weights())
     model.save(path)
-    return {"predictions": _numpy(model.predict(_saved_model_inputs(), verbose=0))}
+    return {"predictions": to_numpy(model.predict(_saved_model_inputs(), verbose=0))}
 
 
 def load_sparsemax_model(path: str) -> dict:
     """The predictions of the model saved at ``path`` (by any backend)."""
     model = keras.saving.load_model(path)
     assert type(model.layers[-1]) is ks.Sparsemax
-    return {"predictions": _numpy(model.predict(_saved_model_inputs(), verbose=0))}
-
-
-def _numpy(x) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(x))
+    return {"predictions": to_numpy(model.predict(_saved_model_inputs(), verbose=0))}
 
 
 # --- the tests, under TensorFlow --------------------------------------------------------
@@ -224,10 +227,9 @@ NEEDED_CALLS = {
 }
 
 
-def _calls(backend: str, directory: Path, names) -> dict:
+def _calls(backend: str, directory: Path) -> dict:
     calls = {
         "values": f"{MODULE}:sparsemax_values",
-        "jit_values": (f"{MODULE}:sparsemax_values", {"compiled": True}),
         "dtypes": f"{MODULE}:dtype_values",
         "invalid": f"{MODULE}:invalid_inputs",
         "fit": f"{MODULE}:fit_with_sparsemax_loss",
@@ -238,35 +240,16 @@ def _calls(backend: str, directory: Path, names) -> dict:
         ),
         "save_model": (f"{MODULE}:save_sparsemax_model", {"path": str(directory / f"{backend}.keras")}),
     }
-    if backend != "jax":
-        names = names - {"jit_values"}
-    return {name: calls[name] for name in sorted(names)}
+    if backend == "jax":
+        calls["jit_values"] = (f"{MODULE}:sparsemax_values", {"compiled": True})
+    return calls
 
 
-@pytest.fixture(scope="module")
-def saved_directory(tmp_path_factory) -> Path:
-    """A directory holding the model saved under TensorFlow (``tensorflow.keras``)."""
-    directory = tmp_path_factory.mktemp("backends_sparsemax")
-    save_sparsemax_model(str(directory / "tensorflow.keras"))
-    return directory
-
-
-@pytest.fixture(scope="module")
-def backend_runs(request, saved_directory):
-    """One process per installed backend, all started at once, running the calls of the
-    selected tests; backend -> PendingCalls."""
-    selected = [item for item in request.session.items if item.path == request.path]
-    names = {name for item in selected for name in NEEDED_CALLS.get(item.originalname, [])}
-    backends = {item.callspec.params.get("backend") for item in selected if hasattr(item, "callspec")}
-    runs = {
-        backend: start_calls(backend, _calls(backend, saved_directory, names), saved_directory)
-        for backend in OTHER_BACKENDS
-        if backend in backends and missing_backend(backend) is None
-    }
-    yield runs
-    for run in runs.values():
-        if run.process is not None and run.process.poll() is None:
-            run.process.kill()
+# The model saved under TensorFlow (``tensorflow.keras``), and the backends' processes.
+saved_directory = saved_directory_fixture(
+    "backends_sparsemax", lambda directory: save_sparsemax_model(str(directory / "tensorflow.keras"))
+)
+backend_runs = backend_runs_fixture(_calls, NEEDED_CALLS)
 
 
 @pytest.fixture(scope="module")
@@ -274,33 +257,24 @@ def tensorflow_values() -> dict:
     return sparsemax_values()
 
 
-def _assert_close(got: dict, want: dict, keys, tol: float) -> None:
-    for key in keys:
-        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=key)
-
-
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_forward_values_and_gradients_equal_tensorflow(backend, backend_runs, tensorflow_values):
     values = backend_runs[backend].wait()["values"]
-    assert sorted(values) == sorted(tensorflow_values)
-    _assert_close(values, tensorflow_values, [k for k in values if not k.endswith("/grad")], FORWARD_TOL)
-    _assert_close(values, tensorflow_values, [k for k in values if k.endswith("/grad")], GRADIENT_TOL)
+    assert_all_close(values, tensorflow_values, FORWARD_TOL, GRADIENT_TOL)
     huge = values["plain/probs"][-3:, :3]  # finite for float32 inputs of 1e8
     np.testing.assert_allclose(huge, [[1, 0, 0], [0, 1, 0], [1 / 3, 1 / 3, 1 / 3]], atol=1e-6)
 
 
 @pytest.mark.parametrize("backend", backend_params("jax"))
 def test_jax_jit_equals_tensorflow(backend, backend_runs, tensorflow_values):
-    values = backend_runs[backend].wait()["jit_values"]
-    _assert_close(values, tensorflow_values, [k for k in values if not k.endswith("/grad")], FORWARD_TOL)
-    _assert_close(values, tensorflow_values, [k for k in values if k.endswith("/grad")], GRADIENT_TOL)
+    assert_all_close(backend_runs[backend].wait()["jit_values"], tensorflow_values, FORWARD_TOL, GRADIENT_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_float16_and_float64_equal_tensorflow(backend, backend_runs):
-    values, expected = backend_runs[backend].wait()["dtypes"], dtype_values()
-    np.testing.assert_allclose(values["float16/probs"], expected["float16/probs"], atol=1e-3)
-    _assert_close(values, expected, ["float64/probs", "float64/grad"], 1e-12)
+    values, expected = dict(backend_runs[backend].wait()["dtypes"]), dtype_values()
+    np.testing.assert_allclose(values.pop("float16/probs"), expected.pop("float16/probs"), atol=1e-3)
+    assert_all_close(values, expected, FLOAT64_TOL, FLOAT64_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
@@ -322,11 +296,6 @@ def test_model_fit_with_sparsemax_loss(backend, backend_runs):
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_keras_file_loads_and_predicts_the_same_across_backends(backend, backend_runs, saved_directory):
     results = backend_runs[backend].wait()
-    tensorflow = load_sparsemax_model(str(saved_directory / "tensorflow.keras"))["predictions"]
-    # Saved under TensorFlow, loaded under the backend.
-    np.testing.assert_allclose(results["load_tensorflow_model"]["predictions"], tensorflow, atol=FORWARD_TOL)
-    # Saved under the backend, loaded under TensorFlow.
-    saved = results["save_model"]["predictions"]
-    loaded = load_sparsemax_model(str(saved_directory / f"{backend}.keras"))["predictions"]
-    np.testing.assert_allclose(loaded, saved, atol=FORWARD_TOL)
-    np.testing.assert_allclose(saved, tensorflow, atol=FORWARD_TOL)
+    assert_keras_files_move(
+        results, load_sparsemax_model, saved_directory, backend, "save_model", same_model=True
+    )

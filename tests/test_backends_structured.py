@@ -22,13 +22,22 @@ import pytest
 import keras_structured as ks
 from keras_structured.engine import DependencyTreeStructure, SequenceStructure
 from keras_structured.polynomial import FactorizationMachine, PolynomialNetwork
-from tests.backend_harness import backend_params, jax_x64, missing_backend, start_calls, value_and_vjp
+from tests.backend_harness import (
+    FLOAT64_TOL,
+    FORWARD_TOL,
+    GRADIENT_TOL,
+    OTHER_BACKENDS,
+    assert_all_close,
+    backend_params,
+    backend_runs_fixture,
+    jax_x64,
+    random_upstream,
+    saved_directory_fixture,
+    to_numpy,
+    value_and_vjp,
+)
 from tests.layer_checks import check_layer
 
-OTHER_BACKENDS = ("jax", "torch")
-FORWARD_TOL = 1e-6
-GRADIENT_TOL = 1e-5
-FLOAT64_TOL = 1e-12
 MODULE = __name__
 D = 5
 
@@ -68,16 +77,16 @@ def polynomial_values(dtype: str = "float32", compiled: bool = False) -> dict:
     with jax_x64(dtype == "float64"):
         for name in POLYNOMIAL_LAYERS:
             layer = _built_layer(name, dtype)
-            weights = [_numpy(w) for w in layer.trainable_weights]
+            weights = [to_numpy(w) for w in layer.trainable_weights]
 
             def outputs(inputs, *values, layer=layer):
                 return layer.stateless_call(list(values), [], inputs)[0]
 
-            upstream = np.random.default_rng(11).normal(size=(6, 3)).astype(dtype)
+            upstream = random_upstream((6, 3), dtype, seed=11)
             out, gradients = value_and_vjp(outputs, [x, *weights], upstream, compiled=compiled)
             assert out.dtype == dtype and all(g.dtype == dtype for g in gradients)
             results[f"{name}/out"] = out
-            results[f"{name}/higher_rank"] = _numpy(layer(x.reshape(2, 3, D)))
+            results[f"{name}/higher_rank"] = to_numpy(layer(x.reshape(2, 3, D)))
             for index, gradient in enumerate(gradients):
                 results[f"{name}/grad{index}"] = gradient
     return results
@@ -115,8 +124,8 @@ def sparse_polynomial_values() -> dict:
     results = {}
     for name in POLYNOMIAL_LAYERS:
         layer = _built_layer(name)
-        results[name] = _numpy(layer(sparse))
-        compiled = _numpy(compile_function(layer)(sparse))
+        results[name] = to_numpy(layer(sparse))
+        compiled = to_numpy(compile_function(layer)(sparse))
         np.testing.assert_allclose(compiled, results[name], rtol=FORWARD_TOL, atol=FORWARD_TOL)
     return results
 
@@ -149,14 +158,14 @@ def save_polynomial_model(path: str) -> dict:
     """The polynomial model saved to ``path``; its predictions."""
     model = _polynomial_model()
     model.save(path)
-    return {"predictions": _numpy(model.predict(_polynomial_inputs("float32"), verbose=0))}
+    return {"predictions": to_numpy(model.predict(_polynomial_inputs("float32"), verbose=0))}
 
 
 def load_polynomial_model(path: str) -> dict:
     """The predictions of the polynomial model saved at ``path`` (by any backend)."""
     model = keras.saving.load_model(path)
     assert [type(layer) for layer in model.layers[1:]] == [PolynomialNetwork, FactorizationMachine]
-    return {"predictions": _numpy(model.predict(_polynomial_inputs("float32"), verbose=0))}
+    return {"predictions": to_numpy(model.predict(_polynomial_inputs("float32"), verbose=0))}
 
 
 SEQUENCE, TREE = SequenceStructure(), DependencyTreeStructure()
@@ -199,7 +208,7 @@ def loss_values(dtype: str = "float32", compiled: bool = False) -> dict:
                 results[f"{name}/{structure_name}/grad"] = gradient
         loss_class = ks.MarginSparseMAPLoss(SEQUENCE, cost_weight=2.0, reduction="sum")
         labels, scores = _structure_cases(dtype)["sequence"][1:]
-        results["class/out"] = _numpy(loss_class(labels, scores))
+        results["class/out"] = to_numpy(loss_class(labels, scores))
     if keras.backend.backend() != "tensorflow":  # the solver's scores carry no gradient
         from keras_structured.ops.host_call import SUPPORTS
 
@@ -226,8 +235,8 @@ def torch_compiled_losses() -> dict:
                 tensor = torch.tensor(scores, requires_grad=True)
                 values = function(tensor)
                 values.sum().backward()
-                results[f"{name}/{structure_name}/{mode}/out"] = _numpy(values.detach())
-                results[f"{name}/{structure_name}/{mode}/grad"] = _numpy(tensor.grad)
+                results[f"{name}/{structure_name}/{mode}/out"] = to_numpy(values.detach())
+                results[f"{name}/{structure_name}/{mode}/grad"] = to_numpy(tensor.grad)
     return results
 
 
@@ -237,14 +246,14 @@ def invalid_labels() -> dict:
     scores = np.zeros((2, 3, 3), "float32")
     bad = np.array([[-1, 0, 7], [-1, 0, 1]], "float32")
     with pytest.raises(Exception, match=r"y_true must hold") as error:
-        _numpy(ks.losses.sparsemap_loss(bad, scores, TREE))
+        to_numpy(ks.losses.sparsemap_loss(bad, scores, TREE))
     if keras.backend.backend() == "torch":
         assert isinstance(error.value, ValueError), type(error.value)
     if keras.backend.backend() == "jax":
         import jax
 
         with pytest.raises(Exception, match=r"y_true must hold"):
-            _numpy(jax.jit(lambda s: ks.losses.structured_hinge_loss(bad, s, TREE))(scores))
+            to_numpy(jax.jit(lambda s: ks.losses.structured_hinge_loss(bad, s, TREE))(scores))
     return {}
 
 
@@ -295,10 +304,6 @@ def layer_checks(tmp_dir: str) -> dict:
     return {}
 
 
-def _numpy(x) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(x))
-
-
 # --- the tests, under TensorFlow --------------------------------------------------------
 
 # The calls each test reads, so that a backend process runs those of the selected tests only.
@@ -315,11 +320,10 @@ NEEDED_CALLS = {
 }
 
 
-def _calls(backend: str, directory: Path, names) -> dict:
+def _calls(backend: str, directory: Path) -> dict:
     calls = {
         "polynomial": f"{MODULE}:polynomial_values",
         "polynomial64": (f"{MODULE}:polynomial_values", {"dtype": "float64"}),
-        "jit_polynomial": (f"{MODULE}:polynomial_values", {"compiled": True}),
         "sparse": f"{MODULE}:sparse_polynomial_values",
         "sparse_fit": f"{MODULE}:fit_on_sparse_inputs",
         "load_tensorflow_model": (
@@ -332,9 +336,7 @@ def _calls(backend: str, directory: Path, names) -> dict:
         ),
         "losses": f"{MODULE}:loss_values",
         "losses64": (f"{MODULE}:loss_values", {"dtype": "float64"}),
-        "jit_losses": (f"{MODULE}:loss_values", {"compiled": True}),
         "invalid": f"{MODULE}:invalid_labels",
-        "torch_compiled": f"{MODULE}:torch_compiled_losses",
         "fit": (f"{MODULE}:fit_tagger", {"save_path": str(directory / f"{backend}_tagger.keras")}),
         "evaluate_tensorflow_tagger": (
             f"{MODULE}:evaluate_tagger",
@@ -342,61 +344,34 @@ def _calls(backend: str, directory: Path, names) -> dict:
         ),
         "layer_checks": (f"{MODULE}:layer_checks", {"tmp_dir": str(directory)}),
     }
-    if backend != "jax":
-        names = names - {"jit_polynomial", "jit_losses"}
-    if backend != "torch":
-        names = names - {"torch_compiled"}
-    return {name: calls[name] for name in sorted(names)}
+    if backend == "jax":
+        calls["jit_polynomial"] = (f"{MODULE}:polynomial_values", {"compiled": True})
+        calls["jit_losses"] = (f"{MODULE}:loss_values", {"compiled": True})
+    if backend == "torch":
+        calls["torch_compiled"] = f"{MODULE}:torch_compiled_losses"
+    return calls
 
 
-@pytest.fixture(scope="module")
-def saved_directory(tmp_path_factory) -> Path:
-    """A directory holding the polynomial model and the tagger saved under TensorFlow; no
-    training, and the tests skipped, when neither JAX nor PyTorch is installed."""
-    missing = [missing_backend(backend) for backend in OTHER_BACKENDS]
-    if all(missing):
-        pytest.skip("; ".join(missing))
-    directory = tmp_path_factory.mktemp("backends_structured")
+def _save_models(directory: Path) -> None:
+    """The polynomial model and the tagger, saved under TensorFlow."""
     save_polynomial_model(str(directory / "tensorflow_polynomial.keras"))
     fit_tagger(str(directory / "tensorflow_tagger.keras"))
-    return directory
 
 
-@pytest.fixture(scope="module")
-def backend_runs(request, saved_directory):
-    """One process per installed backend, all started at once, running the calls of the
-    selected tests; backend -> PendingCalls."""
-    selected = [item for item in request.session.items if item.path == request.path]
-    names = {name for item in selected for name in NEEDED_CALLS.get(item.originalname, [])}
-    backends = {item.callspec.params.get("backend") for item in selected if hasattr(item, "callspec")}
-    runs = {
-        backend: start_calls(backend, _calls(backend, saved_directory, names), saved_directory)
-        for backend in OTHER_BACKENDS
-        if backend in backends and missing_backend(backend) is None
-    }
-    yield runs
-    for run in runs.values():
-        if run.process is not None and run.process.poll() is None:
-            run.process.kill()
-
-
-def _assert_close(got: dict, want: dict, forward_tol: float, gradient_tol: float) -> None:
-    assert sorted(got) == sorted(want)
-    for key in got:
-        tol = gradient_tol if "/grad" in key else forward_tol
-        np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=key)
+saved_directory = saved_directory_fixture("backends_structured", _save_models)
+backend_runs = backend_runs_fixture(_calls, NEEDED_CALLS)
 
 
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_polynomial_layers_equal_tensorflow(backend, backend_runs):
     results = backend_runs[backend].wait()
-    _assert_close(results["polynomial"], polynomial_values(), FORWARD_TOL, GRADIENT_TOL)
-    _assert_close(results["polynomial64"], polynomial_values("float64"), FLOAT64_TOL, FLOAT64_TOL)
+    assert_all_close(results["polynomial"], polynomial_values(), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["polynomial64"], polynomial_values("float64"), FLOAT64_TOL, FLOAT64_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params("jax"))
 def test_sparse_inputs_equal_tensorflow(backend, backend_runs):
-    _assert_close(
+    assert_all_close(
         backend_runs[backend].wait()["sparse"], sparse_polynomial_values(), FORWARD_TOL, FORWARD_TOL
     )
 
@@ -423,15 +398,15 @@ def tensorflow_losses() -> dict:
 @pytest.mark.parametrize("backend", backend_params(*OTHER_BACKENDS))
 def test_structured_losses_equal_tensorflow(backend, backend_runs, tensorflow_losses):
     results = backend_runs[backend].wait()
-    _assert_close(results["losses"], tensorflow_losses["float32"], FORWARD_TOL, GRADIENT_TOL)
-    _assert_close(results["losses64"], tensorflow_losses["float64"], FLOAT64_TOL, FLOAT64_TOL)
+    assert_all_close(results["losses"], tensorflow_losses["float32"], FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["losses64"], tensorflow_losses["float64"], FLOAT64_TOL, FLOAT64_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params("jax"))
 def test_jax_jit_equals_tensorflow(backend, backend_runs, tensorflow_losses):
     results = backend_runs[backend].wait()
-    _assert_close(results["jit_polynomial"], polynomial_values(), FORWARD_TOL, GRADIENT_TOL)
-    _assert_close(results["jit_losses"], tensorflow_losses["float32"], FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["jit_polynomial"], polynomial_values(), FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["jit_losses"], tensorflow_losses["float32"], FORWARD_TOL, GRADIENT_TOL)
 
 
 @pytest.mark.parametrize("backend", backend_params("torch"))

@@ -21,14 +21,24 @@ import pytest
 
 import keras_structured as ks
 from keras_structured.engine import DependencyTreeStructure, MatchingStructure, SequenceStructure, solve
-from tests.backend_harness import jax_x64, missing_backend, require_backend, start_calls, value_and_vjp
+from tests.backend_harness import (
+    FLOAT64_TOL,
+    FORWARD_TOL,
+    GRADIENT_TOL,
+    OTHER_BACKENDS,
+    assert_all_close,
+    assert_keras_files_move,
+    backend_runs_fixture,
+    jax_x64,
+    random_upstream,
+    saved_directory_fixture,
+    start_calls,
+    to_numpy,
+    value_and_vjp,
+)
 from tests.layer_checks import check_layer
 from tests.test_sparsemap_layers import symbolic_structures_model
 
-OTHER_BACKENDS = ("jax", "torch")
-FORWARD_TOL = 1e-6
-GRADIENT_TOL = 1e-5
-FLOAT64_TOL = 1e-12
 MODULE = __name__
 # Made once, outside the compiled functions (torch.compile cannot trace their construction).
 SEQUENCE, TREE, MATCHING = SequenceStructure(), DependencyTreeStructure(), MatchingStructure()
@@ -77,16 +87,14 @@ def _cases(dtype: str) -> dict:
     }
 
 
-def _upstream(shape, dtype: str, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
-
-
 def sparsemap_values(dtype: str = "float32", compiled: bool = False) -> dict:
     """Outputs and gradients of ``ks.sparsemap`` (sequences, trees) and ``ks.sparsemap_sequence``."""
     results = {}
     with jax_x64(dtype == "float64"):
         for name, (function, inputs, shape) in _cases(dtype).items():
-            outputs, gradients = value_and_vjp(function, inputs, _upstream(shape, dtype), compiled=compiled)
+            outputs, gradients = value_and_vjp(
+                function, inputs, random_upstream(shape, dtype), compiled=compiled
+            )
             assert outputs.dtype == dtype and all(g.dtype == dtype for g in gradients)
             results[f"{name}/out"] = outputs
             for index, gradient in enumerate(gradients):
@@ -127,7 +135,7 @@ def double_backward() -> dict:
         cotangent = torch.tensor(cotangent, requires_grad=True)
         (vjp,) = torch.autograd.grad(ks.sparsemap(TREE, x)[0], x, cotangent, create_graph=True)
         (jvp,) = torch.autograd.grad((vjp * torch.tensor(direction)).sum(), cotangent)
-    return {"jvp": _numpy(jvp)}
+    return {"jvp": to_numpy(jvp)}
 
 
 def jax_transformations() -> dict:
@@ -211,14 +219,14 @@ def torch_compiled(backend: str = "aot_eager") -> dict:
     results = {}
     for name, (function, inputs, shape) in _cases("float32").items():
         compiled = torch.compile(function, backend=backend, fullgraph=True)
-        upstream = torch.tensor(_upstream(shape, "float32"))
+        upstream = torch.tensor(random_upstream(shape, "float32"))
         for key, run in (("eager", function), ("compiled", compiled)):
             tensors = [torch.tensor(x, requires_grad=True) for x in inputs]
             outputs = run(*tensors)
             outputs.backward(upstream)
-            results[f"{name}/{key}/out"] = _numpy(outputs)
+            results[f"{name}/{key}/out"] = to_numpy(outputs)
             for index, tensor in enumerate(tensors):
-                results[f"{name}/{key}/grad{index}"] = _numpy(tensor.grad)
+                results[f"{name}/{key}/grad{index}"] = to_numpy(tensor.grad)
     rng = np.random.default_rng(5)
     scores = torch.tensor(rng.normal(size=(2, 4, 4)), requires_grad=True)
     function = lambda s: ks.sparsemap(TREE, s, tol=1e-12)[0]  # noqa: E731
@@ -383,10 +391,10 @@ def solver_info(compiled: bool = False) -> dict:
                 continue  # torch.compile of a Keras layer call is not what this checks
             run = _compiled(function) if compiled else function
             u, _, info = run(*map(keras.ops.convert_to_tensor, inputs))
-            results[f"{name}/u"] = _numpy(u)
-            results.update({f"{name}/{key}": _numpy(value) for key, value in info.items()})
+            results[f"{name}/u"] = to_numpy(u)
+            results.update({f"{name}/{key}": to_numpy(value) for key, value in info.items()})
             results.update(
-                {f"{name}/dtype/{key}": np.array(str(_numpy(value).dtype)) for key, value in info.items()}
+                {f"{name}/dtype/{key}": np.array(str(to_numpy(value).dtype)) for key, value in info.items()}
             )
     return results
 
@@ -419,7 +427,7 @@ def decode_values(compiled: bool = False) -> dict:
         for key, value in zip(
             ("codes", "m", "n"), run(*map(keras.ops.convert_to_tensor, inputs)), strict=True
         ):
-            results[f"{name}/{key}"] = _numpy(value)
+            results[f"{name}/{key}"] = to_numpy(value)
     if keras.backend.backend() == "jax":
         import jax
 
@@ -433,14 +441,10 @@ def bad_scores_raise() -> dict:
     ``ks.sparsemap`` and ``ks.map_decode``; a ValueError on PyTorch."""
     for function in (lambda s: ks.sparsemap(TREE, s)[0], lambda s: ks.map_decode(TREE, s)[1]):
         with pytest.raises(Exception, match="eta_u") as error:
-            _numpy(function(np.full((1, 3, 3), np.nan, "float32")))
+            to_numpy(function(np.full((1, 3, 3), np.nan, "float32")))
         if keras.backend.backend() == "torch":
             assert isinstance(error.value, ValueError), type(error.value)
     return {}
-
-
-def _numpy(x) -> np.ndarray:
-    return np.asarray(keras.ops.convert_to_numpy(x))
 
 
 # --- the tests, under TensorFlow --------------------------------------------------------
@@ -474,31 +478,14 @@ def _calls(backend: str, directory: Path) -> dict:
     return calls
 
 
-@pytest.fixture(scope="module")
-def saved_directory(tmp_path_factory) -> Path:
-    """A directory holding the tagger trained and saved under TensorFlow (``tensorflow.keras``);
-    no training, and the tests skipped, when neither JAX nor PyTorch is installed."""
-    missing = [missing_backend(backend) for backend in OTHER_BACKENDS]
-    if all(missing):
-        pytest.skip("; ".join(missing))
-    directory = tmp_path_factory.mktemp("backends_sparsemap")
+def _save_models(directory: Path) -> None:
+    """The tagger (``tensorflow.keras``) and the model returning structures, saved under TensorFlow."""
     fit_tagger(str(directory / "tensorflow.keras"))
     symbolic_structures_model(str(directory / "tensorflow_structures.keras"))
-    return directory
 
 
-@pytest.fixture(scope="module")
-def backend_runs(saved_directory):
-    """One process per installed backend, all started at once; backend -> PendingCalls."""
-    runs = {
-        backend: start_calls(backend, _calls(backend, saved_directory), saved_directory)
-        for backend in OTHER_BACKENDS
-        if missing_backend(backend) is None
-    }
-    yield runs
-    for run in runs.values():
-        if run.process is not None and run.process.poll() is None:
-            run.process.kill()
+saved_directory = saved_directory_fixture("backends_sparsemap", _save_models)
+backend_runs = backend_runs_fixture(_calls)
 
 
 @pytest.fixture(scope="module")
@@ -506,38 +493,26 @@ def tensorflow_values() -> dict:
     return {dtype: sparsemap_values(dtype) for dtype in ("float32", "float64")}
 
 
-def _results(backend_runs, backend: str):
-    require_backend(backend)
-    return backend_runs[backend].wait()
-
-
-def _assert_equal_to(values: dict, expected: dict, forward_tol: float, gradient_tol: float) -> None:
-    assert sorted(values) == sorted(expected)
-    for key in values:
-        tol = forward_tol if key.endswith("/out") else gradient_tol
-        np.testing.assert_allclose(values[key], expected[key], rtol=tol, atol=tol, err_msg=key)
-
-
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_forward_values_and_gradients_equal_tensorflow(backend, backend_runs, tensorflow_values):
-    results = _results(backend_runs, backend)
-    _assert_equal_to(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
-    _assert_equal_to(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
+    results = backend_runs[backend].wait()
+    assert_all_close(results["float32"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL)
+    assert_all_close(results["float64"], tensorflow_values["float64"], FLOAT64_TOL, FLOAT64_TOL)
 
 
 def test_jax_jit_equals_tensorflow(backend_runs, tensorflow_values):
-    _assert_equal_to(
-        _results(backend_runs, "jax")["jit"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL
+    assert_all_close(
+        backend_runs["jax"].wait()["jit"], tensorflow_values["float32"], FORWARD_TOL, GRADIENT_TOL
     )
 
 
 def test_jax_vmap_makes_one_host_call_and_jacrev_matches_finite_differences(backend_runs):
-    for name, error in _results(backend_runs, "jax")["transformations"].items():
+    for name, error in backend_runs["jax"].wait()["transformations"].items():
         assert error < 1e-6, (name, error)
 
 
 def test_torch_compile_equals_eager(backend_runs, tensorflow_values):
-    compiled = _results(backend_runs, "torch")["compiled"]
+    compiled = backend_runs["torch"].wait()["compiled"]
     expected = tensorflow_values["float32"]
     for key in expected:
         name, what = key.split("/")
@@ -549,7 +524,7 @@ def test_torch_compile_equals_eager(backend_runs, tensorflow_values):
 def test_double_backward_equals_tensorflow(backend, backend_runs):
     expected = double_backward()["jvp"]
     np.testing.assert_allclose(
-        _results(backend_runs, backend)["double_backward"]["jvp"], expected, atol=GRADIENT_TOL
+        backend_runs[backend].wait()["double_backward"]["jvp"], expected, atol=GRADIENT_TOL
     )
     rng = np.random.default_rng(11)
     scores, _, direction = (rng.normal(size=(3, 5, 5)).astype("float32") for _ in range(3))
@@ -559,14 +534,7 @@ def test_double_backward_equals_tensorflow(backend, backend_runs):
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_tagger_fits_and_keras_files_move_between_backends(backend, backend_runs, saved_directory):
-    results = _results(backend_runs, backend)
-    tensorflow = load_tagger(str(saved_directory / "tensorflow.keras"))["predictions"]
-    # Saved under TensorFlow, loaded under the backend.
-    np.testing.assert_allclose(results["load_tensorflow_model"]["predictions"], tensorflow, atol=FORWARD_TOL)
-    # Trained and saved under the backend, loaded under TensorFlow.
-    saved = results["fit"]["predictions"]
-    loaded = load_tagger(str(saved_directory / f"{backend}.keras"))["predictions"]
-    np.testing.assert_allclose(loaded, saved, atol=FORWARD_TOL)
+    assert_keras_files_move(backend_runs[backend].wait(), load_tagger, saved_directory, backend, "fit")
 
 
 @pytest.mark.slow
@@ -615,7 +583,7 @@ def _assert_info_equal(values: dict, expected: dict, name: str) -> None:
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_return_info_and_structures_equal_tensorflow(backend, backend_runs, tensorflow_info):
-    results = _results(backend_runs, backend)
+    results = backend_runs[backend].wait()
     expected = tensorflow_info["info"]
     assert sorted(results["info"]) == sorted(expected)
     for name in _info_cases():
@@ -636,7 +604,7 @@ def test_symbolic_model_returning_structures_equals_tensorflow(backend, backend_
     """A functional model over layers with ``return_structures=True``: symbolic shapes from the
     structure (``k`` the static bound on JAX), predictions equal to TensorFlow's (padded to the
     bound where the backend compiles ``predict``), ``.keras`` files both ways."""
-    results = _results(backend_runs, backend)["structures_model"]
+    results = backend_runs[backend].wait()["structures_model"]
     here = symbolic_structures_model(
         str(saved_directory / "check.keras"), str(saved_directory / f"{backend}_structures.keras")
     )
@@ -660,7 +628,7 @@ def _loaded(results: dict) -> dict:
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_map_decode_equals_tensorflow(backend, backend_runs, tensorflow_info):
-    results = _results(backend_runs, backend)
+    results = backend_runs[backend].wait()
     expected = tensorflow_info["decode"]
     for key in ("decode", "decode_compiled"):
         values = results[key]
@@ -672,4 +640,4 @@ def test_map_decode_equals_tensorflow(backend, backend_runs, tensorflow_info):
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
 def test_bad_scores_raise(backend, backend_runs):
-    _results(backend_runs, backend)["bad_scores"]
+    backend_runs[backend].wait()["bad_scores"]
