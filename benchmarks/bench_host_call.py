@@ -1,17 +1,21 @@
-"""The cost of SparseMAP's host call per training step, on the Keras backend this runs under.
+"""The cost of the host call per training step, on the Keras backend this runs under.
 
-For one batch of SparseMAP problems, it times, alternately (machines are noisy):
+For one batch of SparseMAP (or LP-SparseMAP) problems, it times, alternately (machines are
+noisy):
 
 * ``engine``: the numpy engine called directly, ``solve`` and one Jacobian product (the
   work every backend hands to the host);
-* ``op``: a forward and a backward pass through ``ks.sparsemap`` with the backend's
-  autodiff, eagerly and compiled (``tf.function``, ``jax.jit``, ``torch.compile``).
+* ``op``: a forward and a backward pass through ``ks.sparsemap`` (``ks.lp_sparsemap``) with
+  the backend's autodiff, eagerly and compiled (``tf.function``, ``jax.jit``,
+  ``torch.compile``).
 
 The overhead is the median over pairs of ``op - engine``: the conversions to and from
 numpy, the callback or custom-op machinery, the casts and reshapes around the call, and
-on JAX and PyTorch the store of active sets between the two host calls. Problems are
-``sequence``: 10 positions, 5 labels, batch 16 (a solve of about a millisecond, where the
-overhead shows) and ``tree``: 30 words, batch 32. Run it once per backend:
+the store of what the forward call keeps for the backward one (SparseMAP's active sets on
+JAX and PyTorch, LP-SparseMAP's solutions everywhere). Problems are ``sequence``: 10
+positions, 5 labels, batch 16 (a solve of about a millisecond, where the overhead shows),
+``tree``: 30 words, batch 32, and ``lp``: LP-SparseMAP over 4 labels, at most 3 on, with
+two Pairs, batch 4 (about 20 ms of ADMM in Python). Run it once per backend:
 
 Example:
     KERAS_BACKEND=jax python benchmarks/bench_host_call.py --repeats 50
@@ -33,18 +37,22 @@ import numpy as np  # noqa: E402
 import keras_structured as ks  # noqa: E402
 from keras_structured.engine import DependencyTreeStructure, SequenceStructure, solve  # noqa: E402
 from keras_structured.engine.jacobian import jacobian_product  # noqa: E402
+from keras_structured.engine.lp import Budget, FactorGraph, Pair, lp_sparsemap_batch  # noqa: E402
 
-#: name -> (structure, shape of eta_u, shape of eta_v): the problems timed.
+_LP_GRAPH = FactorGraph(4, [Budget([0, 1, 2, 3], 3), Pair(0, 1), Pair(2, 3)])
+
+#: name -> (structure or factor graph, shape of eta_u, shape of eta_v): the problems timed.
 CASES = {
     "sequence": (SequenceStructure(), (16, 10, 5), (16, 9, 5, 5)),
     "tree": (DependencyTreeStructure(), (32, 31, 31), (32, 0)),
+    "lp": (_LP_GRAPH, (4, _LP_GRAPH.num_variables), (4, _LP_GRAPH.v_size)),
 }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
-        description="Overhead of SparseMAP's host call per forward+backward step, on the current backend.",
+        description="Overhead of the host call per forward+backward step, on the current backend.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES), help="problems")
@@ -65,19 +73,26 @@ def problem(name: str) -> tuple:
 
 
 def engine_step(structure, scores, cotangents):
-    """The host's share of a step: solve, then one Jacobian product, in float64."""
+    """The host's share of a step: solve, then one Jacobian product (LP-SparseMAP: the
+    vector-Jacobian product of every example), in float64."""
     batch = scores[0].shape[0]
-    solution = solve(structure, *(np.asarray(s, np.float64) for s in scores))
+    wide = [np.asarray(s, np.float64) for s in scores]
     flat = [np.asarray(c, np.float64).reshape(batch, -1) for c in cotangents]
-    return jacobian_product(solution.support, *flat)
+    if isinstance(structure, FactorGraph):
+        solutions = lp_sparsemap_batch(structure, *wide)
+        pairs = zip(solutions, *flat, strict=True)
+        return [s.vjp(g_u, structure.split_additional(g_v)) for s, g_u, g_v in pairs]
+    return jacobian_product(solve(structure, *wide).support, *flat)
 
 
 def op_step(structure, scores, cotangents, compiled: bool, torch_backend: str):
-    """A function running one forward and backward pass of ``ks.sparsemap`` on this backend."""
+    """A function running one forward and backward pass of ``ks.sparsemap`` (``ks.lp_sparsemap``
+    for a factor graph) on this backend."""
     backend = keras.backend.backend()
+    solver = ks.lp_sparsemap if isinstance(structure, FactorGraph) else ks.sparsemap
 
     def marginals(eta_u, eta_v):
-        return ks.sparsemap(structure, eta_u, eta_v)
+        return solver(structure, eta_u, eta_v)
 
     if backend == "tensorflow":
         import tensorflow as tf

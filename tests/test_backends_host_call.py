@@ -1,10 +1,13 @@
 """The generic host call (``keras_structured.ops.host_call.call``) on JAX and PyTorch, against TensorFlow.
 
 A numpy function with a numpy VJP, an absent optional argument, a static argument and an
-integer result without gradient: values and gradients equal TensorFlow's, eagerly and compiled
-(``jax.jit``, ``torch.compile(fullgraph=True)``), under ``jax.vmap`` (``"sequential"``: one host
-call per mapped element) and on PyTorch's ``meta`` device (the fake kernel). Each backend runs
-in its own process (``tests/backend_harness.py``); those not installed are skipped.
+integer result without gradient; and one whose forward function keeps its result on the host
+behind handles (residuals) for its VJP, with an integer result that gets no cotangent: values
+and gradients equal TensorFlow's, eagerly and compiled (``jax.jit``,
+``torch.compile(fullgraph=True)``), under ``jax.vmap`` (``"sequential"``: one host call per
+mapped element) and on PyTorch's ``meta`` device (the fake kernel); the store of handles is
+left empty, and a call without gradient keeps nothing. Each backend runs in its own process
+(``tests/backend_harness.py``); those not installed are skipped.
 """
 
 from __future__ import annotations
@@ -43,6 +46,43 @@ ARGMAX = host_call.host_function(
     lambda x: (np.argmax(x, -1).astype("int32"),),
     lambda x: [(x.shape[:-1], "int32")],
 )
+#: The probabilities of the softmax's forward calls, kept for their backward calls.
+KEPT = host_call.HandleStore()
+
+
+def _softmax(x, *, temperature):
+    """``(softmax(x / temperature), argmax)`` over the last axis."""
+    shifted = np.exp((x - x.max(-1, keepdims=True)) / temperature)
+    return shifted / shifted.sum(-1, keepdims=True), np.argmax(x, -1).astype("int32")
+
+
+def _softmax_specs(x, *, temperature):
+    return [(x.shape, x.dtype), (x.shape[:-1], "int32")]
+
+
+def _softmax_forward(x, *, temperature):
+    probabilities, argmax = _softmax(x, temperature=temperature)
+    handles = KEPT.put(probabilities, len(x), probabilities.nbytes)
+    return probabilities, argmax, handles
+
+
+def _softmax_vjp(x, handles, upstream, *, temperature):
+    """``p * (g - <g, p>) / temperature``, with ``p`` as the forward call kept it."""
+    kept, examples = KEPT.take(handles)
+    p = kept[examples]
+    return (p * (upstream - (upstream * p).sum(-1, keepdims=True)) / temperature,)
+
+
+SOFTMAX = host_call.host_function(
+    "tests_softmax",
+    _softmax,
+    _softmax_specs,
+    vjp=_softmax_vjp,
+    differentiable=(0,),
+    forward=_softmax_forward,
+    residual_specs=lambda x, *, temperature: [(x.shape[:1] + (2,), "int32")],
+    differentiable_results=(0,),
+)
 X = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
 OFFSET = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
 
@@ -64,7 +104,16 @@ def host_call_values(compiled: bool = False) -> dict:
         lambda x: _flat(*host_call.call(CUBE, x, None, scale=0.5)), [X], upstream, compiled=compiled
     )
     (argmax,) = host_call.call(ARGMAX, X)
+    softmax, [softmax_grad] = value_and_vjp(
+        lambda x: host_call.call(SOFTMAX, x, temperature=2.0)[0], [X], upstream[:, :4], compiled=compiled
+    )
+    assert len(KEPT) == 0, len(KEPT)
+    probabilities, indices = host_call.values(SOFTMAX, X, temperature=2.0)
+    assert len(KEPT) == 0 and keras.ops.convert_to_numpy(indices).tolist() == X.argmax(-1).tolist()
     return {
+        "softmax/out": softmax,
+        "softmax/grad": softmax_grad,
+        "softmax/values": keras.ops.convert_to_numpy(probabilities),
         "with/out": with_offset,
         "with/grad_x": grad_x,
         "with/grad_offset": grad_offset,
@@ -126,6 +175,11 @@ def test_host_call_equals_tensorflow(backend, tmp_path):
 def test_tensorflow_values_and_gradients():
     results = host_call_values()
     np.testing.assert_allclose(results["with/out"][:, :4], 2 * X**3 + OFFSET, rtol=1e-6)
+    np.testing.assert_allclose(results["softmax/out"], _softmax(X, temperature=2.0)[0], rtol=1e-6)
+    np.testing.assert_array_equal(results["softmax/values"], results["softmax/out"])
+    p, upstream = results["softmax/out"], np.random.default_rng(2).normal(size=(3, 5))[:, :4]
+    expected = p * (upstream - (upstream * p).sum(-1, keepdims=True)) / 2
+    np.testing.assert_allclose(results["softmax/grad"], expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(results["without/out"][:, 4], X.sum(-1), rtol=1e-6)
     np.testing.assert_array_equal(results["argmax"], X.argmax(-1))
     compiled = host_call_values(compiled=True)
@@ -138,5 +192,11 @@ def test_bad_declarations():
         host_call.HostFunction("tests_bad", _cube, _cube_specs, vmap_method="expand_dims")
     with pytest.raises(ValueError, match="Received: vjp="):
         host_call.HostFunction("tests_bad", _cube, _cube_specs, vjp=_cube_vjp)
+    with pytest.raises(ValueError, match="Received: forward="):
+        host_call.HostFunction(
+            "tests_bad", _cube, _cube_specs, vjp=_cube_vjp, differentiable=(0,), forward=_cube
+        )
+    with pytest.raises(ValueError, match="Received: forward="):
+        host_call.HostFunction("tests_bad", _cube, _cube_specs, forward=_cube, residual_specs=_cube_specs)
     with pytest.raises(TypeError, match="hashable"):
         host_call.call(CUBE, X, None, scale=[2.0])

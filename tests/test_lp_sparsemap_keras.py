@@ -30,7 +30,7 @@ from keras_structured.engine.lp import (
     StructureFactor,
     lp_sparsemap_batch,
 )
-from keras_structured.ops.lp_host_call import SOLUTIONS
+from keras_structured.ops.lp_sparsemap_host import SOLUTIONS
 from tests.backend_harness import backend_params, start_calls, value_and_vjp
 from tests.layer_checks import check_layer
 

@@ -7,7 +7,7 @@ graph (Niculae and Martins, ICML 2020):
 
 and returns the variables' marginals ``u``, differentiable with the exact Jacobian of the
 solution (:func:`keras_structured.lp_sparsemap`). The solver runs in Python on the host (one
-host call per batch, :mod:`keras_structured.ops.lp_host_call`): on TensorFlow XLA cannot
+host call per batch, :mod:`keras_structured.ops.lp_sparsemap_host`): on TensorFlow XLA cannot
 compile it, so the layer sets ``supports_jit = False`` there (``model.compile(...,
 jit_compile=True)`` falls back to ``jit_compile=False`` with one Keras warning); on JAX and
 PyTorch the call is a ``jax.pure_callback`` or a ``torch.library`` custom op, which compile.

@@ -32,8 +32,9 @@ from keras import ops
 
 from keras_structured.engine.lp import FactorGraph, LPSparseMAPOptions
 from keras_structured.losses.per_example import PerExampleLoss, per_example_sum
-from keras_structured.ops import lp_host_call
+from keras_structured.ops import host_call
 from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.lp_sparsemap_host import LP_GOLD, LP_SPARSEMAP
 from keras_structured.ops.lp_sparsemap_op import (
     SOLVER_SETTINGS,
     check_graph,
@@ -85,10 +86,8 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
     # In float64, cast once at the end: the loss is a difference of two large scores.
     _, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
     gold_u = ops.cast(gold_u, eta_u.dtype)
-    gold_v = lp_host_call.gold(graph, gold_u)
-    u, v, *_ = lp_host_call.solve(
-        graph, options, ops.stop_gradient(eta_u), ops.stop_gradient(eta_v), differentiable=False
-    )
+    (gold_v,) = host_call.call(LP_GOLD, gold_u, graph=graph)
+    u, v, *_ = host_call.values(LP_SPARSEMAP, eta_u, eta_v, graph=graph, options=options)
     loss = (
         per_example_sum(eta_u * (u - gold_u))
         + per_example_sum(eta_v * (v - gold_v))

@@ -10,8 +10,8 @@ where ``u`` are the graph's variables and ``v`` the factors' additional parts (a
 and in factor order: ``v[:, graph.v_offsets[f]:graph.v_offsets[f + 1]]`` belongs to factor
 ``f`` (:meth:`~keras_structured.engine.lp.FactorGraph.split_additional` reshapes them). The
 numpy core (:mod:`keras_structured.engine.lp`) solves each example by ADMM on the host, one
-host call per batch (:mod:`keras_structured.ops.lp_host_call`); the gradient is the core's
-exact vector-Jacobian product at the solution, one more host call. Everything on the host is
+host call per batch (:mod:`keras_structured.ops.lp_sparsemap_host`); the gradient is the
+core's exact vector-Jacobian product at the solution, one more host call. Everything on the host is
 float64 whatever the input dtype; the results are cast to it once, at the end, and float32
 gradients are the float64 ones rounded once.
 """
@@ -24,8 +24,9 @@ import keras
 from keras import ops
 
 from keras_structured.engine.lp import FactorGraph, LPSparseMAPOptions
-from keras_structured.ops import lp_host_call
+from keras_structured.ops import host_call
 from keras_structured.ops.dtypes import compute_dtype
+from keras_structured.ops.lp_sparsemap_host import INFO, LP_SPARSEMAP
 from keras_structured.ops.portable_sparsemap import solver_dtype
 from keras_structured.ops.xla import OP_FIX, refuse_xla
 
@@ -43,7 +44,7 @@ __all__ = [
 SOLVER_SETTINGS = {field.name: field.default for field in dataclasses.fields(LPSparseMAPOptions)}
 
 #: The keys of the info dict of :func:`lp_sparsemap`.
-INFO_KEYS = tuple(name for name, _ in lp_host_call.INFO)
+INFO_KEYS = tuple(name for name, _ in INFO)
 
 
 def check_graph(graph, owner: str) -> FactorGraph:
@@ -179,7 +180,7 @@ def lp_sparsemap(
     if not isinstance(options, LPSparseMAPOptions):
         raise ValueError(f"options must be an LPSparseMAPOptions or None. Received: options={options!r}")
     dtype, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
-    u, v, *info = lp_host_call.solve(graph, options, eta_u, eta_v)
+    u, v, *info = host_call.call(LP_SPARSEMAP, eta_u, eta_v, graph=graph, options=options)
     u, v = ops.cast(u, dtype), ops.cast(v, dtype)
     if not return_info:
         return u, v

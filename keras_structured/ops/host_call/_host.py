@@ -1,12 +1,12 @@
-"""The numpy side of SparseMAP's host call, shared by the JAX and PyTorch adapters.
+"""The numpy side of SparseMAP's host calls on JAX and PyTorch.
 
 A :class:`HostSolve` holds what one call site needs (structure, solver options, the
-per-example ranks of its arguments, which solver info it returns); its methods are the
-host functions: ``values`` (the solution only), ``forward`` (the solution and handles to
-its active set), ``jacobian`` (Jacobian products from those handles) and ``decode`` (MAP
-decoding). The active sets stay on the host, in :data:`SUPPORTS`, between the forward call
-and the backward one: their size depends on the data, which JAX's callbacks (static
-result shapes) cannot return.
+per-example ranks of its arguments, which solver info it returns); its methods do the work
+of SparseMAP's host functions (:mod:`._sparsemap`): ``values`` (the solution only),
+``forward`` (the solution and handles to its active set), ``jacobian`` (Jacobian products
+from those handles) and ``decode`` (MAP decoding). The active sets stay on the host, in
+:data:`SUPPORTS`, between the forward call and the backward one: their size depends on the
+data, which JAX's callbacks (static result shapes) cannot return.
 
 The solver info (the weights and codes of the active structures, gaps, MAP calls,
 convergence flags) has ``k`` structures per example. TensorFlow returns the batch's largest
@@ -17,8 +17,6 @@ shapes and solver options only (``info="bound"``).
 
 from __future__ import annotations
 
-import collections
-import itertools
 import math
 import threading
 
@@ -28,10 +26,8 @@ from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.forbidden import finite_mass, raise_if_forbidden, replace_forbidden
 from keras_structured.engine.jacobian import Support, jacobian_product
 from keras_structured.ops.host_call._functions import structure_key
+from keras_structured.ops.host_call._store import HandleStore
 from keras_structured.ops.invalid_inputs import raising_invalid_scores
-
-#: The store's default bound on the bytes of the active sets it keeps.
-MAX_SUPPORT_BYTES = 256 * 2**20
 
 #: How many structures per example a host call's info holds: the batch's largest
 #: support, or :func:`max_support` (see the module docstring).
@@ -77,15 +73,15 @@ def pad_codes(structures, weights, shape: tuple, code_dtype, size: int | None = 
     return codes, padded
 
 
-def map_decode_arrays(structure: Structure, values_u, values_v, sizes=None, *, code_dtype=None):
-    """MAP decoding of a batch: ``(codes, m, n)``, the codes in ``code_dtype`` (default:
-    the structure's) and the indicator vectors in the dtype of ``values_u``.
+def map_decode_arrays(structure: Structure, values_u, values_v, sizes=None):
+    """MAP decoding of a batch: ``(codes, m, n)``, the codes in the structure's
+    ``code_dtype`` and the indicator vectors in the dtype of ``values_u``.
 
     Raises:
         ValueError: for NaN or ``+inf`` scores, bad lengths, or ``-inf`` scores that rule
             out every structure of an example.
     """
-    code_dtype = structure.code_dtype if code_dtype is None else code_dtype
+    code_dtype = structure.code_dtype
     dtype = values_u.dtype
     batch = values_u.shape[0]
     if batch == 0:  # an empty shard of a distributed batch
@@ -105,106 +101,42 @@ def map_decode_arrays(structure: Structure, values_u, values_v, sizes=None, *, c
     return np.asarray(codes, dtype=code_dtype), m.astype(dtype), n.astype(dtype)
 
 
-def _nbytes(support: Support) -> int:
-    return sum(array.nbytes for array in support)
+#: The active sets of SparseMAP's forward calls on JAX and PyTorch (TensorFlow hands the
+#: supports to its tape): a :class:`~keras_structured.engine.jacobian.Support` per batch.
+SUPPORTS = HandleStore()
 
 
-class SupportStore:
-    """Active sets kept from a forward host call to its backward one.
-
-    :meth:`put` keeps a batch's :class:`~keras_structured.engine.jacobian.Support` and
-    returns one handle per example, ``(call, example)`` as int32 (JAX without x64 has no
-    int64); :meth:`take` gives back the support of a batch of handles and forgets it, since
-    a training step reads it once. It is a cache, not the source of truth: when it has no
-    support for the handles (dropped for space, taken already by a second backward pass,
-    or handles of several calls mixed), :meth:`take` returns None and the caller solves
-    the scores again, which gives the same support (the solver is deterministic).
-
-    Supports whose backward pass never comes (a forward pass recorded for gradients that
-    are never asked for) are dropped oldest first once the store holds more than
-    ``max_bytes``; the newest is always kept.
-
-    Args:
-        max_bytes: the bound on the bytes of the supports kept.
-
-    Example:
-        >>> from keras_structured.engine import SimplexStructure
-        >>> store = SupportStore()
-        >>> handles = store.put(solve(SimplexStructure(), np.array([[1.0, 0.5], [0.0, 2.0]])).support)
-        >>> handles[:, 1], len(store)
-        (array([0, 1], dtype=int32), 1)
-        >>> store.take(handles[::-1]).weight_jacobian.shape, len(store)  # examples in any order
-        ((2, 2, 2), 0)
-        >>> store.take(handles) is None  # taken already: the caller solves again
-        True
-    """
-
-    def __init__(self, max_bytes: int = MAX_SUPPORT_BYTES):
-        self.max_bytes = max_bytes
-        self._supports: collections.OrderedDict[int, Support] = collections.OrderedDict()
-        self._bytes = 0
-        self._calls = itertools.count()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._supports)
-
-    def put(self, support: Support) -> np.ndarray:
-        """Keep ``support`` (a batch of ``B`` active sets); returns its ``(B, 2)`` int32 handles."""
-        with self._lock:
-            call = next(self._calls) % 2**31
-            self._supports[call] = support
-            self._bytes += _nbytes(support)
-            while self._bytes > self.max_bytes and len(self._supports) > 1:
-                _, dropped = self._supports.popitem(last=False)
-                self._bytes -= _nbytes(dropped)
-        batch = support.weight_jacobian.shape[0]
-        handles = np.empty((batch, 2), np.int32)
-        handles[:, 0], handles[:, 1] = call, np.arange(batch)
-        return handles
-
-    def take(self, handles: np.ndarray) -> Support | None:
-        """The supports of ``(N, 2)`` handles of one call (in any order, repeated or not),
-        forgotten by the store; None when it does not hold them all."""
-        calls = handles[:, 0]
-        if calls.size == 0 or np.any(calls != calls[0]):
-            return None
-        with self._lock:
-            support = self._supports.pop(int(calls[0]), None)
-            if support is not None:
-                self._bytes -= _nbytes(support)
-        if support is None:
-            return None
-        examples = handles[:, 1]
-        if np.array_equal(examples, np.arange(support.weight_jacobian.shape[0])):
-            return support
-        return Support(*(array[examples] for array in support))
-
-
-#: The store of the JAX and PyTorch adapters (TensorFlow hands the supports to its tape).
-SUPPORTS = SupportStore()
+def _take_support(handles: np.ndarray) -> Support | None:
+    """The support of ``(N, 2)`` handles, its examples in their order; None when
+    :data:`SUPPORTS` no longer holds it."""
+    taken = SUPPORTS.take(handles)
+    if taken is None:
+        return None
+    support, examples = taken
+    if np.array_equal(examples, np.arange(support.weight_jacobian.shape[0])):
+        return support
+    return Support(*(array[examples] for array in support))
 
 
 class HostSolve:
-    """SparseMAP's host functions for one call site.
+    """What SparseMAP's host functions need at one call site, and their work.
 
     Each method takes numpy arrays with any leading dimensions before the per-example
     ones (the batch, and under ``jax.vmap`` the mapped dimensions, which the JAX adapter
     broadcasts to every argument), solves all their examples in one engine call, and
     returns arrays with the same leading dimensions in the dtype of the scores. The
     engine, its Jacobian factors and their products run in float64 whatever that dtype.
+    The ``*_specs`` methods take anything with ``shape`` and ``dtype``.
 
     Args:
         structure: the :class:`~keras_structured.engine.Structure`.
         options: the :class:`~keras_structured.engine.SolverOptions`.
         ranks: the per-example ranks of ``scores_u``, ``scores_v`` and ``lengths`` (None
             when the call has no lengths).
-        key: its index in the registry of :func:`host_solve`, by which a PyTorch op names it.
+        key: its index in the registry of :func:`host_solve`, by which a call names it.
         info: None, or one of :data:`INFO_SIZES`: ``values`` and ``forward`` then also
             return the solver info, with the batch's largest support or :func:`max_support`
             structures per example.
-        code_dtype: the dtype of the codes returned (default: the structure's; JAX without
-            64-bit types takes int32).
     """
 
     def __init__(
@@ -214,14 +146,12 @@ class HostSolve:
         ranks: tuple,
         key: int = -1,
         info: str | None = None,
-        code_dtype=None,
     ):
         if info not in (None, *INFO_SIZES):
             raise ValueError(f"info must be None or one of {INFO_SIZES}. Received: info={info!r}")
         self.structure, self.options = structure, options
         self.u_rank, self.v_rank, self.lengths_rank = ranks
         self.key, self.info = key, info
-        self.code_dtype = np.dtype(structure.code_dtype if code_dtype is None else code_dtype)
 
     def leading_shape(self, scores_u) -> tuple[int, ...]:
         """The dimensions of ``scores_u`` before its per-example ones."""
@@ -232,36 +162,41 @@ class HostSolve:
         v_shape = tuple(int(d) for d in scores_v.shape[len(scores_v.shape) - self.v_rank :])
         return u_shape, v_shape
 
-    def info_specs(self, scores_u, scores_v) -> list[tuple[tuple, np.dtype]]:
-        """``(shape, dtype)`` of the info arrays of scores shaped like these (anything with
-        ``shape`` and ``dtype``), with :func:`max_support` structures per example: the
-        weights, codes, gaps, MAP calls and convergence flags. Empty when ``info`` is None."""
+    def value_specs(self, scores_u, scores_v) -> list[tuple[tuple, object]]:
+        """``(shape, dtype)`` of the results of :meth:`values`: ``u`` and ``v`` like the
+        scores, then the info arrays with :func:`max_support` structures per example (the
+        weights, codes, gaps, MAP calls and convergence flags) when ``info`` is set."""
+        specs = [(tuple(scores_u.shape), scores_u.dtype), (tuple(scores_v.shape), scores_v.dtype)]
         if self.info is None:
-            return []
+            return specs
         leading = self.leading_shape(scores_u)
         u_shape, v_shape = self._example_shapes(scores_u, scores_v)
         k = max_support(self.options, u_shape)
-        dtype = _numpy_dtype(scores_u)
         return [
-            (leading + (k,), dtype),
-            (leading + (k,) + self.structure.code_shape(u_shape, v_shape), self.code_dtype),
-            (leading, dtype),
-            (leading, np.dtype(np.int32)),
-            (leading, np.dtype(bool)),
+            *specs,
+            (leading + (k,), scores_u.dtype),
+            (leading + (k,) + self.structure.code_shape(u_shape, v_shape), self.structure.code_dtype),
+            (leading, scores_u.dtype),
+            (leading, np.int32),
+            (leading, bool),
         ]
 
-    def decode_specs(self, scores_u, scores_v) -> list[tuple[tuple, np.dtype]]:
+    def handle_specs(self, scores_u) -> list[tuple[tuple, object]]:
+        """``(shape, dtype)`` of the handles that :meth:`forward` returns."""
+        return [(self.leading_shape(scores_u) + (2,), np.int32)]
+
+    def decode_specs(self, scores_u, scores_v) -> list[tuple[tuple, object]]:
         """``(shape, dtype)`` of the results of :meth:`decode`: codes, ``m`` and ``n``."""
         code_shape = self.structure.code_shape(*self._example_shapes(scores_u, scores_v))
         return [
-            (self.leading_shape(scores_u) + code_shape, self.code_dtype),
-            (tuple(scores_u.shape), _numpy_dtype(scores_u)),
-            (tuple(scores_v.shape), _numpy_dtype(scores_v)),
+            (self.leading_shape(scores_u) + code_shape, self.structure.code_dtype),
+            (tuple(scores_u.shape), scores_u.dtype),
+            (tuple(scores_v.shape), scores_v.dtype),
         ]
 
-    def values(self, scores_u, scores_v, lengths=None):
-        """``(u, v)``, shaped like the scores; then the info arrays (see :meth:`info_specs`)
-        when ``info`` is set."""
+    def values(self, scores_u, scores_v, lengths=None) -> tuple:
+        """``(u, v)``, shaped like the scores; then the info arrays (see
+        :meth:`value_specs`) when ``info`` is set."""
         solution = self._solve(scores_u, scores_v, lengths)
         return (
             _like(solution.u, scores_u),
@@ -269,32 +204,34 @@ class HostSolve:
             *self._info(solution, scores_u, scores_v),
         )
 
-    def forward(self, scores_u, scores_v, lengths=None):
-        """``(u, v, handles)``: ``(*leading, 2)`` int32 handles to the active sets, kept in
-        :data:`SUPPORTS`; then the info arrays when ``info`` is set."""
+    def forward(self, scores_u, scores_v, lengths=None) -> tuple:
+        """:meth:`values`, then ``(*leading, 2)`` int32 handles to the active sets, kept in
+        :data:`SUPPORTS`."""
         solution = self._solve(scores_u, scores_v, lengths)
-        handles = SUPPORTS.put(solution.support).reshape(self.leading_shape(scores_u) + (2,))
+        support = solution.support
+        batch = support.weight_jacobian.shape[0]
+        handles = SUPPORTS.put(support, batch, sum(array.nbytes for array in support))
         info = self._info(solution, scores_u, scores_v)
-        return _like(solution.u, scores_u), _like(solution.v, scores_v), handles, *info
+        u, v = _like(solution.u, scores_u), _like(solution.v, scores_v)
+        return u, v, *info, handles.reshape(self.leading_shape(scores_u) + (2,))
 
-    def jacobian(self, handles, scores_u, scores_v, x_u, x_v, lengths=None):
+    def jacobian(self, scores_u, scores_v, lengths, handles, x_u, x_v) -> tuple:
         """``J (x_u, x_v)`` (also the vector-Jacobian product: ``J`` is symmetric) at the
         solution that ``handles`` point to; the scores serve when the store no longer
         holds it, to solve again."""
         batch = math.prod(self.leading_shape(x_u))
-        support = SUPPORTS.take(np.reshape(handles, (batch, 2)))
+        support = _take_support(np.reshape(handles, (batch, 2)))
         if support is None:
             support = self._solve(scores_u, scores_v, lengths).support
         j_u, j_v = jacobian_product(support, np.reshape(x_u, (batch, -1)), np.reshape(x_v, (batch, -1)))
         return _like(j_u, x_u), _like(j_v, x_v)
 
     @raising_invalid_scores
-    def decode(self, scores_u, scores_v, lengths=None):
+    def decode(self, scores_u, scores_v, lengths=None) -> tuple:
         """MAP decoding (:func:`map_decode_arrays`): ``(codes, m, n)``, ``m`` and ``n``
         shaped like the scores, codes ``(*leading, *code_shape)``."""
         leading = self.leading_shape(scores_u)
-        arrays = self._examples(scores_u, scores_v, lengths)
-        codes, m, n = map_decode_arrays(self.structure, *arrays, code_dtype=self.code_dtype)
+        codes, m, n = map_decode_arrays(self.structure, *self._examples(scores_u, scores_v, lengths))
         return codes.reshape(leading + codes.shape[1:]), _like(m, scores_u), _like(n, scores_v)
 
     def _examples(self, scores_u, scores_v, lengths) -> list:
@@ -319,14 +256,15 @@ class HostSolve:
         )
 
     def _info(self, solution, scores_u, scores_v) -> tuple:
-        """The info arrays of ``solution`` (see :meth:`info_specs`), or () without ``info``."""
+        """The info arrays of ``solution`` (see :meth:`value_specs`), or () without ``info``."""
         if self.info is None:
             return ()
         leading = self.leading_shape(scores_u)
         u_shape, v_shape = self._example_shapes(scores_u, scores_v)
         size = max_support(self.options, u_shape) if self.info == "bound" else None
         code_shape = self.structure.code_shape(u_shape, v_shape)
-        codes, weights = pad_codes(solution.structures, solution.weights, code_shape, self.code_dtype, size)
+        code_dtype = self.structure.code_dtype
+        codes, weights = pad_codes(solution.structures, solution.weights, code_shape, code_dtype, size)
         dtype = scores_u.dtype
         return (
             weights.astype(dtype).reshape(leading + weights.shape[1:]),
@@ -335,11 +273,6 @@ class HostSolve:
             solution.map_calls.astype(np.int32).reshape(leading),
             solution.converged.astype(bool).reshape(leading),
         )
-
-
-def _numpy_dtype(array) -> np.dtype:
-    """The numpy dtype of a numpy, JAX or PyTorch array (``torch.float32`` is ``float32``)."""
-    return np.dtype(str(array.dtype).removeprefix("torch."))
 
 
 def _like(result: np.ndarray, template) -> np.ndarray:
@@ -352,17 +285,17 @@ _HOSTS_LOCK = threading.Lock()
 
 
 def host_solve(
-    structure: Structure, options: SolverOptions, ranks: tuple, *, info: str | None = None, code_dtype=None
+    structure: Structure, options: SolverOptions, ranks: tuple, info: str | None = None
 ) -> HostSolve:
     """The one :class:`HostSolve` of these arguments, created on first use.
 
-    One object per call site lets JAX reuse what it compiled for the callback (eager
-    calls included) and lets a PyTorch op name it by an integer (:attr:`HostSolve.key`).
-    The objects are kept for the process's life, with their structure (so that an
-    identity stays unique): a few hundred bytes per structure object of a user's class.
+    One object per call site, known by an integer (:attr:`HostSolve.key`), the static
+    argument of SparseMAP's host functions (a PyTorch op takes no Python objects). The
+    objects are kept for the process's life, with their structure (so that an identity
+    stays unique): a few hundred bytes per structure object of a user's class.
 
     Args:
-        structure, options, ranks, info, code_dtype: see :class:`HostSolve`.
+        structure, options, ranks, info: see :class:`HostSolve`.
 
     Example:
         >>> from keras_structured.engine import SimplexStructure
@@ -373,12 +306,11 @@ def host_solve(
         >>> host is host_solve(SimplexStructure(), SolverOptions(), (1, 1, None), info="batch")
         True
     """
-    code_dtype = None if code_dtype is None else np.dtype(code_dtype)
-    key = (structure_key(structure), options, tuple(ranks), info, code_dtype)
+    key = (structure_key(structure), options, tuple(ranks), info)
     with _HOSTS_LOCK:
         host = _HOSTS.get(key)
         if host is None:
-            host = HostSolve(structure, options, ranks, len(_HOSTS_BY_KEY), info, code_dtype)
+            host = HostSolve(structure, options, ranks, len(_HOSTS_BY_KEY), info)
             _HOSTS[key] = host
             _HOSTS_BY_KEY.append(host)
     return host

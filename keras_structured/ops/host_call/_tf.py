@@ -1,14 +1,18 @@
-"""The TensorFlow adapter: one ``tf.numpy_function`` per batch, under ``tf.custom_gradient``.
-
-The forward call returns the active set's Jacobian factors as tensors (TensorFlow's
-results may have data-dependent shapes), and the backward pass applies them in a second
-``tf.numpy_function``, itself differentiable: the Jacobian is symmetric, so the gradient
-of a Jacobian product is the same product. MAP decoding is one ``tf.numpy_function``
-without gradient.
+"""The TensorFlow adapter: ``tf.numpy_function``, under ``tf.custom_gradient`` when differentiable.
 
 A :class:`~keras_structured.ops.host_call.HostFunction` is one ``tf.numpy_function``
-(:func:`call_function`), under ``tf.custom_gradient`` when it has a VJP, which is a second
-``tf.numpy_function``.
+(:func:`call_function`); with a VJP, it runs under ``tf.custom_gradient`` its ``forward``
+function, whose residuals the gradient function holds, and the gradient is a second call,
+of the VJP (itself differentiable when it declares a VJP). TensorFlow cannot tell whether a
+gradient will be asked for: a differentiable call always runs ``forward``
+(:func:`keras_structured.ops.host_call.values` runs ``function``).
+
+SparseMAP keeps its own calls (:func:`solve_on_host`, :func:`decode_on_host`): the forward
+call returns the active set's factors as tensors (TensorFlow's results may have
+data-dependent shapes), and the backward pass applies them in a second
+``tf.numpy_function``, itself differentiable: the Jacobian is symmetric, so the gradient of
+a Jacobian product is the same product. MAP decoding is one ``tf.numpy_function`` without
+gradient.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import tensorflow as tf
 
 from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
-from keras_structured.ops.host_call._functions import HostFunction, bind
+from keras_structured.ops.host_call._functions import BoundCall, HostFunction, bind
 from keras_structured.ops.host_call._host import map_decode_arrays, pad_codes
 from keras_structured.ops.invalid_inputs import raising_invalid_scores
 
@@ -162,25 +166,44 @@ def _numpy_call(function, arrays: list, specs: list, name: str) -> list[tf.Tenso
     return results
 
 
-def call_function(host: HostFunction, arrays: list, present: tuple, static: dict) -> list[tf.Tensor]:
-    """The results of ``host`` of the given ``arrays`` (see :func:`keras_structured.ops.host_call.call`)."""
+def call_function(
+    host: HostFunction, arrays: list, present: tuple, static: dict, differentiable: bool
+) -> list[tf.Tensor]:
+    """The results of ``host`` of the given ``arrays`` (see :func:`keras_structured.ops.host_call.call`);
+    without gradient unless ``differentiable`` and ``host`` has a VJP."""
     bound = bind(host, present, static)
-    specs = bound.specs(*arrays)
-    name = bound.host.name
+    if differentiable:
+        return _call(bound, arrays)
+    return _numpy_call(bound.function, arrays, bound.specs(*arrays), host.name)
+
+
+def _call(bound: BoundCall, arrays: list) -> list[tf.Tensor]:
+    """``bound`` of ``arrays``, differentiable when its host function has a VJP."""
     if bound.host.vjp is None:
-        return _numpy_call(bound.function, arrays, specs, name)
+        return _numpy_call(bound.function, arrays, bound.specs(*arrays), bound.host.name)
+    return _differentiable(bound, arrays)
+
+
+def _differentiable(bound: BoundCall, arrays: list) -> list[tf.Tensor]:
+    specs = bound.specs(*arrays)
+    count, name = len(specs), bound.host.name
 
     @tf.custom_gradient
     def differentiable(*arrays):
-        results = _numpy_call(bound.function, list(arrays), specs, name)
+        arrays = list(arrays)
+        outputs = _numpy_call(bound.forward, arrays, specs + bound.residual_specs(*arrays), name)
+        results, residuals = outputs[:count], outputs[count:]
 
         def grad(*upstream):
-            upstream = [tf.zeros_like(r) if u is None else u for r, u in zip(results, upstream, strict=True)]
-            positions = bound.gradient_positions
-            vjp_specs = [(arrays[i].shape, arrays[i].dtype) for i in positions]
-            cotangents = _numpy_call(bound.vjp, [*arrays, *upstream], vjp_specs, f"{name}_vjp")
+            cotangents = [
+                tf.zeros_like(results[i]) if upstream[i] is None else upstream[i]
+                for i in bound.cotangent_positions(count)
+            ]
+            vjp = bound.vjp_call(len(residuals) + len(cotangents))
             gradients = [None] * len(arrays)
-            for position, cotangent in zip(positions, cotangents, strict=True):
+            for position, cotangent in zip(
+                bound.gradient_positions, _call(vjp, [*arrays, *residuals, *cotangents]), strict=True
+            ):
                 gradients[position] = cotangent
             return gradients
 
