@@ -48,6 +48,10 @@ class ActiveSetSolver(SupportState):
         super().__init__(eta_u, eta_v, m, n, code, tol, record_history)
         self.theta = np.array([eta_u @ m + eta_v @ n])
         self.kkt_inverse = np.array([[-(m @ m), 1.0], [1.0, 0.0]])
+        self._start(exact)
+
+    def _start(self, exact: bool) -> None:
+        """Reset what one solve accumulates (the active set, weights and KKT inverse stay)."""
         self._stalls = 0
         self.exact = exact
         self._tol_reached = False
@@ -57,6 +61,49 @@ class ActiveSetSolver(SupportState):
         # The face certificate: the sign of the perturbation of the MAP scores (0: none),
         # the perturbation, how many times it was shrunk and the face's score.
         self._sign, self._direction, self._shrinks, self._face_score = 0, None, 0, 0.0
+
+    def restart(self, eta_u: np.ndarray, eta_v: np.ndarray, tol: float, exact: bool) -> None:
+        """Warm start: go on solving a new problem, with scores ``(eta_u, eta_v)``, from the
+        active set and weights reached on the previous one.
+
+        The weights stay feasible (nonnegative, summing to one), so the relaxed QP on the
+        active set is solved at once from them, as after a structure enters; the KKT
+        inverse depends on the active set only and carries over (it is rebuilt when its
+        residual drifts). The gap, the flags and ``map_calls`` start afresh (``map_calls``
+        at 1: the active set stands for the first MAP call). A sequence of close problems,
+        such as the factor subproblems of an ADMM, then takes a few MAP calls each.
+
+        Args:
+            eta_u: flat unary scores ``(du,)``.
+            eta_v: flat higher-order scores ``(dv,)``.
+            tol: relative Wolfe-gap tolerance of the new solve.
+            exact: go on to the exact termination (see the class docstring).
+
+        Example: a second problem, close to the first, takes one MAP call (to check the gap):
+
+            >>> from keras_structured.engine import SimplexStructure
+            >>> simplex = SimplexStructure()
+            >>> def best(scores):  # the MAP structure (m, n, code)
+            ...     code = simplex.map(scores[None], None)
+            ...     m, n = simplex.indicators(code, (3,), (0,))
+            ...     return m[0], n[0], code[0]
+            >>> def run(solver):
+            ...     while not solver.done:
+            ...         solver.step(*best(solver.map_scores()))
+            ...     return solver.u.round(6).tolist(), solver.map_calls
+            >>> eta = np.array([1.0, 0.5, -1.0])
+            >>> solver = ActiveSetSolver(eta, np.zeros(0), *best(eta), tol=1e-12, exact=False)
+            >>> run(solver)
+            ([0.75, 0.25, 0.0], 3)
+            >>> solver.restart(eta + [0.0, 0.2, 0.0], np.zeros(0), tol=1e-12, exact=False)
+            >>> run(solver)
+            ([0.65, 0.35, 0.0], 2)
+        """
+        self.eta_u, self.eta_v, self.tol = eta_u, eta_v, tol
+        self.theta = self.M @ eta_u + self.N @ eta_v
+        self.map_calls, self.gap, self.done, self.converged = 1, np.inf, False, False
+        self._start(exact)
+        self._solve_relaxed()
 
     def map_scores(self) -> np.ndarray:
         scores = super().map_scores()

@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from keras_structured.engine.blas_threads import single_threaded_blas
-from keras_structured.engine.lp.blocks import VertexFace, make_block
+from keras_structured.engine.lp.blocks import GraphLayout, VertexFace, make_block
 from keras_structured.engine.lp.graph import FactorGraph
 from keras_structured.engine.lp.kkt import FaceSystem
 from keras_structured.engine.lp.logic import LogicFactor
@@ -200,8 +200,11 @@ def lp_sparsemap_batch(
 ) -> list[LPSparseMAPSolution]:
     """:func:`lp_sparsemap` of every example of a batch on one graph, with one warning.
 
-    The examples are solved one after the other (the batched compiled kernel will replace
-    this loop, behind the same signature).
+    The ADMM runs for all the examples at once (:mod:`~keras_structured.engine.lp.batch`:
+    the logic factors' closed forms vectorised over the examples, the structure factors'
+    warm-started active sets side by side with batched MAP calls, one ``rho`` and one
+    stopping test per example); each example's solution equals :func:`lp_sparsemap`'s up
+    to rounding.
 
     Args:
         graph: the :class:`~keras_structured.engine.lp.graph.FactorGraph`.
@@ -237,14 +240,15 @@ def lp_sparsemap_batch(
             f"eta_v must have shape (batch, {graph.v_size}) = (batch, graph.v_size), like eta_u's "
             f"batch {batch}. Received: eta_v.shape={eta_v.shape}"
         )
-    solutions = []
+    for example, (scores_u, scores_v) in enumerate(zip(eta_u, eta_v, strict=True)):
+        try:
+            graph.check_scores(scores_u, graph.split_additional(scores_v))
+        except ValueError as error:
+            raise ValueError(f"Example {example} of the batch: {error}") from None
+    from keras_structured.engine.lp.batch import solve_batch
+
     with single_threaded_blas():
-        for example, (scores_u, scores_v) in enumerate(zip(eta_u, eta_v, strict=True)):
-            try:
-                checked = graph.check_scores(scores_u, graph.split_additional(scores_v))
-            except ValueError as error:
-                raise ValueError(f"Example {example} of the batch: {error}") from None
-            solutions.append(_solve(graph, *checked, options))
+        solutions = solve_batch(graph, eta_u, eta_v, options)
     if not all(solution.converged for solution in solutions):
         warnings.warn(
             _convergence_message(options, solutions),
@@ -270,7 +274,7 @@ def _convergence_message(options: LPSparseMAPOptions, solutions: list[LPSparseMA
 
 def _solve(graph, eta_u, eta_v, options) -> LPSparseMAPSolution:
     """ADMM and the polish of one problem (checked float64 scores)."""
-    links = graph.links
+    links, layout = graph.links, GraphLayout(graph)
     blocks = [make_block(factor) for factor in graph.factors]
     num_links = sum(link.size for link in links)
     u = np.clip(eta_u, 0.0, 1.0)
@@ -282,7 +286,7 @@ def _solve(graph, eta_u, eta_v, options) -> LPSparseMAPSolution:
     while iterations < options.max_iter:
         iterations += 1
         copies, inner_converged = _solve_blocks(
-            blocks, links, u, multipliers, eta_v, rho, options.max_inner_iter
+            layout, blocks, links, u, multipliers, eta_v, rho, options.max_inner_iter
         )
         total = eta_u.copy()
         for link, copy, multiplier in zip(links, copies, multipliers, strict=True):
@@ -306,8 +310,51 @@ def _solve(graph, eta_u, eta_v, options) -> LPSparseMAPSolution:
     # The faces: one exact solve of every factor at the final scores.
     for block, link, multiplier, scores in zip(blocks, links, multipliers, eta_v, strict=True):
         block.solve(u[link] - multiplier / rho, scores / rho, INNER_TOL, DEFAULT_MAX_ITER, exact=True)
+    return finish(
+        graph,
+        blocks,
+        eta_u,
+        eta_v,
+        u,
+        options,
+        converged=converged,
+        iterations=iterations,
+        primal=primal,
+        dual=dual,
+        rho=rho,
+    )
+
+
+def finish(
+    graph: FactorGraph,
+    blocks: list,
+    eta_u: np.ndarray,
+    eta_v: list[np.ndarray],
+    u: np.ndarray,
+    options: LPSparseMAPOptions,
+    *,
+    converged: bool,
+    iterations: int,
+    primal: float,
+    dual: float,
+    rho: float,
+) -> LPSparseMAPSolution:
+    """The solution of one problem from the ADMM's last iterate ``u``, once every block has
+    been solved exactly at the final scores: the faces, the polish (see the module
+    docstring) and the snapped marginals.
+
+    Args:
+        graph: the graph.
+        blocks: per factor, its block after the final exact solve.
+        eta_u: ``(num_variables,)`` checked scores.
+        eta_v: per factor, its flat additional scores.
+        u: the last iterate.
+        options: the solver's options.
+        converged, iterations, primal, dual, rho: the ADMM's flag, iteration count, last
+            residuals and penalty.
+    """
     faces = [block.face() for block in blocks]
-    system = FaceSystem(links, faces, graph.num_variables)
+    system = FaceSystem(graph.links, faces, graph.num_variables)
     v = [block.additional() for block in blocks]
     polished = False
     if options.polish and converged:
@@ -340,14 +387,28 @@ def _snap(values: np.ndarray) -> np.ndarray:
     return np.where(np.abs(values - 1.0) <= SNAP_TOL, 1.0, values)
 
 
-def _solve_blocks(blocks, links, u, multipliers, eta_v, rho, max_calls):
-    """Every factor's subproblem at the current iterate; ``(copies x_f, all converged)``."""
-    copies, converged = [], True
-    for block, link, multiplier, scores in zip(blocks, links, multipliers, eta_v, strict=True):
-        x, _, done = block.solve(u[link] - multiplier / rho, scores / rho, INNER_TOL, max_calls)
-        copies.append(x)
+def _solve_blocks(layout, blocks, links, u, multipliers, eta_v, rho, max_calls):
+    """Every factor's subproblem at the current iterate; ``(copies x_f, all converged)``.
+
+    The structure factors' by their blocks; the logic factors' one kind at a time, by a
+    closed form vectorised over the factors of the kind (a batch of one example of
+    :class:`~keras_structured.engine.lp.blocks.LogicGroup`).
+    """
+    a = np.concatenate(
+        [u[link] - multiplier / rho for link, multiplier in zip(links, multipliers, strict=True)]
+    )
+    s = np.concatenate(eta_v) / rho
+    copies = np.empty_like(a)
+    for group in layout.groups:
+        group.solve(a[None], s[None], copies[None])
+    converged = True
+    for f in layout.structures:
+        positions = layout.factor_links[f]
+        copies[positions], _, done = blocks[f].solve(
+            a[positions], s[layout.factor_parts[f]], INNER_TOL, max_calls
+        )
         converged &= done
-    return copies, converged
+    return [copies[positions] for positions in layout.factor_links], converged
 
 
 def _acceptable(graph: FactorGraph, system: FaceSystem, candidate: np.ndarray, iterate: np.ndarray) -> bool:

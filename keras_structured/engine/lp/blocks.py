@@ -9,6 +9,9 @@ engine's active-set solver, warm-started from the previous iteration's active se
 scores move little between iterations, so a few MAP calls suffice); a :class:`LogicBlock`
 with the factor's closed form.
 
+:func:`solve_structure_blocks` and :class:`LogicGroup` solve the blocks of a batch of
+examples side by side (:mod:`~keras_structured.engine.lp.batch`).
+
 At the solution, each block reports its *face* for the implicit differentiation
 (:mod:`~keras_structured.engine.lp.kkt`): a structure factor its active structures
 (:class:`VertexFace`, the rows ``[m_s, n_s]`` whose affine hull holds the point), a logic
@@ -22,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from keras_structured.engine.active_set import ActiveSetSolver
-from keras_structured.engine.lp.graph import StructureFactor
+from keras_structured.engine.lp.graph import FactorGraph, StructureFactor
 from keras_structured.engine.lp.logic import LogicFactor
 
 # A logic inequality counts as tight at a point when it holds within this (absolute) slack;
@@ -52,29 +55,6 @@ class ConstraintFace(NamedTuple):
     b: np.ndarray
 
 
-class WarmActiveSet(ActiveSetSolver):
-    """The engine's active-set solver (:class:`~keras_structured.engine.active_set.ActiveSetSolver`),
-    restarted on new scores from the active set of an earlier solve."""
-
-    @classmethod
-    def resume(cls, previous: ActiveSetSolver, eta_u, eta_v, tol: float, exact: bool) -> WarmActiveSet:
-        """A solver for scores ``(eta_u, eta_v)`` whose active set and weights are ``previous``'s.
-
-        The weights stay feasible (nonnegative, summing to one), so the first relaxed solve
-        starts from them as the engine's solver does after adding a structure; the KKT
-        inverse depends on the active set only and carries over too (the solver rebuilds it
-        when its residual drifts).
-        """
-        solver = cls(eta_u, eta_v, previous.M[0], previous.N[0], previous.codes[0], tol, exact=exact)
-        solver.M, solver.N = previous.M, previous.N
-        solver.codes, solver.keys = list(previous.codes), list(previous.keys)
-        solver.y = previous.y.copy()
-        solver.theta = previous.M @ eta_u + previous.N @ eta_v
-        solver.kkt_inverse = previous.kkt_inverse
-        solver._solve_relaxed()
-        return solver
-
-
 class StructureBlock:
     """The ADMM subproblem of a :class:`StructureFactor`, by the warm-started active set.
 
@@ -84,17 +64,8 @@ class StructureBlock:
 
     def __init__(self, factor: StructureFactor):
         self.factor = factor
-        self.u_shape = factor.variables.shape
-        self.v_shape = factor.v_shape()
         self.solver: ActiveSetSolver | None = None
         self.map_calls = 0
-
-    def _map(self, scores_u: np.ndarray, scores_v: np.ndarray):
-        structure = self.factor.structure
-        codes = structure.map(scores_u.reshape((1,) + self.u_shape), scores_v.reshape((1,) + self.v_shape))
-        m, n = structure.indicators(codes, self.u_shape, self.v_shape)
-        self.map_calls += 1
-        return m.reshape(-1), n.reshape(-1), codes[0]
 
     def solve(self, a: np.ndarray, s: np.ndarray, tol: float, max_calls: int, exact: bool = False):
         """Solve the subproblem; returns ``(x, z, converged)``.
@@ -106,15 +77,8 @@ class StructureBlock:
             exact: go on to the engine's exact termination (the support then spans the
                 solution's face; see :func:`keras_structured.engine.solve`).
         """
-        if self.solver is None:
-            self.solver = ActiveSetSolver(a, s, *self._map(a, s), tol, exact=exact)
-        else:
-            self.solver = WarmActiveSet.resume(self.solver, a, s, tol, exact)
-        for _ in range(max_calls):
-            if self.solver.done:
-                break
-            self.solver.step(*self._map(self.solver.map_scores(), s))
-        return self.solver.u, self.solver.v, bool(self.solver.converged)
+        x, z, converged = solve_structure_blocks([self], a[None], s[None], tol, max_calls, exact)
+        return x[0], z[0], bool(converged[0])
 
     def additional(self) -> np.ndarray:
         """The additional marginals ``z`` of the last solution."""
@@ -124,14 +88,84 @@ class StructureBlock:
         return VertexFace(self.solver.M, self.solver.N, self.solver.y)
 
 
+def solve_structure_blocks(
+    blocks: list[StructureBlock], a, s, tol: float, max_calls: int, exact: bool = False
+):
+    """:meth:`StructureBlock.solve` of blocks of one factor (one per example), side by side.
+
+    Each block's solver is restarted from its last active set
+    (:meth:`~keras_structured.engine.active_set.ActiveSetSolver.restart`; the first solve
+    starts from the MAP structure) and then takes MAP structures until done; the MAP calls
+    of the blocks still running are one batched call of the structure's oracle per round.
+    Each block's arithmetic is that of a solve on its own, bit for bit.
+
+    Args:
+        blocks: the blocks.
+        a: ``(len(blocks), d)`` scores of the factor's variables.
+        s: ``(len(blocks), e)`` scores of its additional parts.
+        tol, max_calls, exact: as for :meth:`StructureBlock.solve`.
+
+    Returns:
+        ``(x (len(blocks), d), z (len(blocks), e), converged (len(blocks),))``.
+    """
+    fresh = [i for i, block in enumerate(blocks) if block.solver is None]
+    for block, scores_u, scores_v in zip(blocks, a, s, strict=True):
+        if block.solver is not None:
+            block.solver.restart(*_own(scores_u, scores_v), tol, exact)
+    if fresh:
+        m, n, codes = _map(blocks, fresh, a[fresh], s[fresh])
+        for j, i in enumerate(fresh):
+            blocks[i].solver = ActiveSetSolver(*_own(a[i], s[i], m[j], n[j]), codes[j], tol, exact=exact)
+    for _ in range(max_calls):
+        pending = [i for i, block in enumerate(blocks) if not block.solver.done]
+        if not pending:
+            break
+        scores = np.stack([blocks[i].solver.map_scores() for i in pending])
+        m, n, codes = _map(blocks, pending, scores, s[pending])
+        for j, i in enumerate(pending):
+            blocks[i].solver.step(*_own(m[j], n[j]), codes[j])
+    solvers = [block.solver for block in blocks]
+    return (
+        np.stack([solver.u for solver in solvers]),
+        np.stack([solver.v for solver in solvers]),
+        np.array([bool(solver.converged) for solver in solvers]),
+    )
+
+
+def _own(*rows: np.ndarray) -> list[np.ndarray]:
+    """Copies of rows of batch arrays, for one solver. A row inside a batch array sits at
+    another alignment than an array of its own, and BLAS's products (``M @ x``) then round
+    differently; with copies, each block computes exactly what a solve on its own does."""
+    return [row.copy() for row in rows]
+
+
+def _map(blocks: list[StructureBlock], which: list[int], scores_u: np.ndarray, scores_v: np.ndarray):
+    """The MAP structures of ``blocks[i]`` (``i`` in ``which``) at the given scores, one row
+    each: flat ``(m, n)`` and the codes; counts a MAP call of each."""
+    factor = blocks[0].factor
+    u_shape, v_shape = factor.variables.shape, factor.v_shape()
+    count = len(which)
+    codes = factor.structure.map(scores_u.reshape((count,) + u_shape), scores_v.reshape((count,) + v_shape))
+    m, n = factor.structure.indicators(codes, u_shape, v_shape)
+    for i in which:
+        blocks[i].map_calls += 1
+    return m.reshape(count, -1), n.reshape(count, -1), codes
+
+
 class LogicBlock:
-    """The ADMM subproblem of a logic factor, in closed form."""
+    """The ADMM subproblem of a logic factor, in closed form.
+
+    Args:
+        factor: the logic factor.
+        x, z: its solution, when solved elsewhere (by a :class:`LogicGroup`); None until
+            :meth:`solve`.
+    """
 
     map_calls = 0
 
-    def __init__(self, factor: LogicFactor):
+    def __init__(self, factor: LogicFactor, x: np.ndarray | None = None, z: np.ndarray | None = None):
         self.factor = factor
-        self.x = self.z = None
+        self.x, self.z = x, z
 
     def solve(self, a: np.ndarray, s: np.ndarray, tol: float, max_calls: int, exact: bool = False):
         self.x, self.z = self.factor.project(a, s)
@@ -150,3 +184,93 @@ class LogicBlock:
 def make_block(factor):
     """The block that solves ``factor``'s subproblem."""
     return StructureBlock(factor) if isinstance(factor, StructureFactor) else LogicBlock(factor)
+
+
+class LogicGroup:
+    """Logic factors of one :meth:`~keras_structured.engine.lp.logic.LogicFactor.group_key`,
+    whose subproblems are solved together, for a batch of examples, by one vectorised
+    closed form.
+
+    Args:
+        factors: the factors (equal group keys).
+        links: per factor, the positions of its variables in the flat vector of all the
+            graph's links (the factors' copies ``x_f`` end to end).
+        parts: per factor, the positions of its additional parts in the flat ``(v_size,)``
+            vector of all of them.
+    """
+
+    def __init__(self, factors: list[LogicFactor], links: list[np.ndarray], parts: list[np.ndarray]):
+        self.factor = factors[0]
+        self.flipped = np.stack([factor.flipped for factor in factors])
+        self.links = np.stack(links)
+        self.parts = np.stack(parts)
+
+    def solve(self, a: np.ndarray, s: np.ndarray, x: np.ndarray, z: np.ndarray | None = None) -> None:
+        """Write the subproblems' solutions into ``x`` (and ``z``).
+
+        Args:
+            a: ``(batch, num_links)`` scores of the links.
+            s: ``(batch, v_size)`` scores of the additional parts.
+            x: ``(batch, num_links)``: the copies, updated at the group's links.
+            z: None, or ``(batch, v_size)``: the additional parts, updated at the group's.
+        """
+        x[:, self.links], parts = self.factor.project_many(a[:, self.links], s[:, self.parts], self.flipped)
+        if z is not None:
+            z[:, self.parts] = parts
+
+
+class GraphLayout:
+    """A factor graph's links and factors as flat index arrays, for the ADMM's flat
+    ``(..., num_links)`` arrays of scores, copies ``x_f`` and multipliers.
+
+    Attributes:
+        links: ``(num_links,)`` the variable of every link, factor after factor.
+        factor_links: per factor, its positions in ``links``.
+        factor_parts: per factor, the positions of its additional parts in the flat
+            ``(v_size,)`` vector.
+        slots: ``(variables, positions)`` pairs: the ``j``-th pair holds, for every
+            variable in at least ``j + 1`` factors, the position of its link to its
+            ``(j + 1)``-th factor; adding the pairs in turn sums each variable's links in
+            factor order.
+        groups: the :class:`LogicGroup` of each kind of logic factor.
+        structures: indices of the :class:`StructureFactor` factors.
+
+    Example:
+        >>> from keras_structured.engine.lp.logic import Pair, Xor
+        >>> layout = GraphLayout(FactorGraph(3, [Xor([0, 1, 2]), Pair(1, 2)]))
+        >>> layout.links.tolist(), [positions.tolist() for _, positions in layout.slots]
+        ([0, 1, 2, 1, 2], [[0, 1, 2], [3, 4]])
+    """
+
+    def __init__(self, graph: FactorGraph):
+        self.links = np.concatenate(graph.links)
+        ends = np.cumsum([link.size for link in graph.links])
+        self.factor_links = [
+            np.arange(end - link.size, end) for link, end in zip(graph.links, ends, strict=True)
+        ]
+        self.factor_parts = [
+            np.arange(start, end)
+            for start, end in zip(graph.v_offsets[:-1], graph.v_offsets[1:], strict=True)
+        ]
+        # The occurrence of each link's variable among the links before it: its slot.
+        order = np.argsort(self.links, kind="stable")
+        first = np.searchsorted(self.links[order], self.links[order])
+        occurrence = np.empty_like(order)
+        occurrence[order] = np.arange(order.size) - first
+        self.slots = [
+            (self.links[occurrence == j], np.flatnonzero(occurrence == j))
+            for j in range(occurrence.max() + 1)
+        ]
+        kinds: dict[tuple, list[int]] = {}
+        for f, factor in enumerate(graph.factors):
+            if not isinstance(factor, StructureFactor):
+                kinds.setdefault(factor.group_key(), []).append(f)
+        self.groups = [
+            LogicGroup(
+                [graph.factors[f] for f in members],
+                [self.factor_links[f] for f in members],
+                [self.factor_parts[f] for f in members],
+            )
+            for members in kinds.values()
+        ]
+        self.structures = [f for f, factor in enumerate(graph.factors) if isinstance(factor, StructureFactor)]

@@ -58,6 +58,7 @@ class LogicFactor(Factor):
         # The negations the factor works with: the user's, flipped where the factor's
         # definition negates (Imply, XOR-out, AND-out).
         self._flipped = negated ^ self._implied_negation(size)
+        self._rows = None  # the inequalities, once asked for
 
     def _implied_negation(self, size: int) -> np.ndarray:
         """Variables that the factor's definition negates (none for the plain factors)."""
@@ -66,6 +67,17 @@ class LogicFactor(Factor):
     def v_shape(self) -> tuple[int, ...]:
         return (0,)
 
+    @property
+    def flipped(self) -> np.ndarray:
+        """``(d,)`` booleans: the variables the factor sees negated (``w = 1 - x``), by the
+        user's ``negated`` and by the factor's definition (Imply, XOR-out, AND-out)."""
+        return self._flipped
+
+    def group_key(self) -> tuple:
+        """Factors with equal keys (class, size and parameters; the variables and negations
+        may differ) project together in one call of :meth:`project_many`."""
+        return (type(self), self.variables.size)
+
     def _flip(self, w: np.ndarray) -> np.ndarray:
         return np.where(self._flipped, 1.0 - w, w)
 
@@ -73,14 +85,36 @@ class LogicFactor(Factor):
         """``argmax_{(x, z) in M} <a, x> + <s, z> - ||x||^2 / 2``, in closed form.
 
         Args:
-            a: ``(d,)`` scores of the variables.
-            s: ``(e,)`` scores of the additional parts (empty except for :class:`Pair`).
+            a: ``(..., d)`` scores of the variables (leading axes: independent problems).
+            s: ``(..., e)`` scores of the additional parts (empty except for :class:`Pair`).
 
         Returns:
             ``(x, z)``.
         """
-        w, z = self._project_w(np.where(self._flipped, 1.0 - a, a), s)
-        return self._flip(w), z
+        return self.project_many(a, s, self._flipped)
+
+    def project_many(
+        self, a: np.ndarray, s: np.ndarray, flipped: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`project` of several factors of this factor's :meth:`group_key` at once.
+
+        Args:
+            a: ``(..., count, d)`` scores of their variables.
+            s: ``(..., count, e)`` scores of their additional parts.
+            flipped: ``(count, d)``: each factor's :attr:`flipped`.
+
+        Returns:
+            ``(x, z)``, shaped like ``(a, s)``.
+
+        Example: ``x_0 xor x_1``, and ``x_0 xor (not x_1)`` (that is, ``x_0 = x_1``):
+
+            >>> flipped = np.array([[False, False], [False, True]])
+            >>> Xor([0, 1]).project_many(np.array([[0.9, 0.1], [0.9, 0.1]]), np.zeros((2, 0)), flipped)[0]
+            array([[0.9, 0.1],
+                   [0.5, 0.5]])
+        """
+        w, z = self._project_w(np.where(flipped, 1.0 - a, a), s)
+        return np.where(flipped, 1.0 - w, w), z
 
     def map(self, a: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``argmax_{(x, z) in M} <a, x> + <s, z>``: the best allowed assignment.
@@ -100,9 +134,13 @@ class LogicFactor(Factor):
         Returns:
             ``(A_x (r, d), A_z (r, e), b (r,), equality (r,))``.
         """
-        a_w, a_z, b, equality = self._inequalities_w()
-        sign = np.where(self._flipped, -1.0, 1.0)
-        return a_w * sign, a_z, b - a_w @ self._flipped.astype(float), equality
+        if self._rows is None:  # built once (read-only: callers share them)
+            a_w, a_z, b, equality = self._inequalities_w()
+            sign = np.where(self._flipped, -1.0, 1.0)
+            self._rows = (a_w * sign, a_z, b - a_w @ self._flipped.astype(float), equality)
+            for array in self._rows:
+                array.setflags(write=False)
+        return self._rows
 
     def get_config(self) -> dict:
         return {"variables": self.variables.tolist(), "negated": self.negated.tolist()}
@@ -115,6 +153,11 @@ class LogicFactor(Factor):
 
     def _inequalities_w(self):
         raise NotImplementedError
+
+
+def _no_parts(c: np.ndarray) -> np.ndarray:
+    """The empty additional parts of projections of ``c`` ``(..., d)``: ``(..., 0)``."""
+    return np.zeros(c.shape[:-1] + (0,))
 
 
 def _box_rows(size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,8 +200,11 @@ class Budget(LogicFactor):
             )
         self.exact = check_bool("exact", exact)
 
+    def group_key(self) -> tuple:
+        return (*super().group_key(), self.k, self.exact)
+
     def _project_w(self, c, s):
-        return project_budget(c, self.k, self.exact), np.zeros(0)
+        return project_budget(c, self.k, self.exact), _no_parts(c)
 
     def _map_w(self, c, s):
         return _top(c, self.k, positive=not self.exact), np.zeros(0)
@@ -231,7 +277,7 @@ class Or(LogicFactor):
     """
 
     def _project_w(self, c, s):
-        return project_cover(c), np.zeros(0)
+        return project_cover(c), _no_parts(c)
 
     def _map_w(self, c, s):
         chosen = (c > 0).astype(float)
@@ -274,8 +320,8 @@ class OrOut(LogicFactor):
     minimum_size = 2
 
     def _project_w(self, c, s):
-        w, y = project_or_out(c[:-1], float(c[-1]))
-        return np.append(w, y), np.zeros(0)
+        w, y = project_or_out(c[..., :-1], c[..., -1])
+        return np.concatenate([w, y[..., None]], axis=-1), _no_parts(c)
 
     def _map_w(self, c, s):
         inputs = (c[:-1] > 0).astype(float)
@@ -331,8 +377,8 @@ class Pair(LogicFactor):
         return (1,)
 
     def _project_w(self, c, s):
-        w1, w2, z = project_pair(float(c[0]), float(c[1]), float(s[0]))
-        return np.array([w1, w2]), np.array([z])
+        w1, w2, z = project_pair(c[..., 0], c[..., 1], s[..., 0])
+        return np.stack([w1, w2], axis=-1), z[..., None]
 
     def _map_w(self, c, s):
         vertices = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
