@@ -149,6 +149,7 @@ def test_runs_are_never_mixed(decay_run, treebank, tmp_path):
         main(_arguments(tmp_path / "missing", tmp_path / "other"))
 
 
+@pytest.mark.slow  # 7.5 s
 def test_time_measures_the_runs_side_by_side(decay_run, xpos_run, tmp_path, capsys):
     capsys.readouterr()
     runs = [str(decay_run), str(xpos_run)]

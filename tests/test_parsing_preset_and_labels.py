@@ -386,6 +386,7 @@ NEW_FIELDS = (
 )
 
 
+@pytest.mark.slow  # 8-10 s
 def test_a_run_made_before_these_settings_loads_evaluates_and_resumes(treebank, tmp_path):
     """A run's files as written before the new settings (config.json without them, vocabulary.json
     without relations, models whose arc scorer has no root or bias initializer) load, evaluate and
