@@ -39,8 +39,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from _common.cli import make_parser
-from _common.experiments import log, markdown_table, write_csv
+from _common.cli import add_tagging_arguments, make_parser
+from _common.experiments import log, report_rows
 
 COLUMNS = ("decoder", "accuracy", "violations", "max_budget_mass", "integral_share", "seconds")
 
@@ -49,16 +49,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser(__doc__)
     parser.add_argument("--budget", type=int, default=1, help="most tokens of a sentence with the tag, k")
     parser.add_argument("--budget-tag", type=int, default=None, help="the budgeted tag (most frequent)")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs")
-    parser.add_argument("--sentences", type=int, default=1200, help="training sentences")
-    parser.add_argument("--test-sentences", type=int, default=300, help="held-out sentences")
-    parser.add_argument("--tags", type=int, default=6, help="number of tags K")
-    parser.add_argument("--words", type=int, default=40, help="vocabulary size")
-    parser.add_argument("--max-length", type=int, default=12, help="longest sentence")
-    parser.add_argument("--hidden", type=int, default=32, help="embedding and hidden width")
-    parser.add_argument("--batch-size", type=int, default=32, help="Adam batch size")
-    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam learning rate")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
+    add_tagging_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/lp_budgeted_tagging.csv"), help="results CSV")
     args = parser.parse_args(argv)
     if args.max_length < 2 or args.tags < 2 or args.words <= args.tags:
@@ -191,9 +182,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
             ("lp_sparsemap", lp, lp_seconds),
         )
     ]
-    write_csv(args.out, rows)
-    log(f"wrote {args.out}")
-    print(markdown_table(rows, COLUMNS))
+    report_rows(args.out, rows, COLUMNS)
     return {row["decoder"]: row for row in rows}
 
 

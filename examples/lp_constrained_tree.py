@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from _common.cli import make_parser
-from _common.experiments import log, markdown_table, write_csv
+from _common.experiments import log, report_rows
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "en_ewt_sample.conllu"
 COLUMNS = (
@@ -196,9 +196,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
                 "seconds": sum(r["seconds"] for r in per_sentence),
             }
         )
-    write_csv(args.out, rows)
-    log(f"wrote {args.out}")
-    print(markdown_table(rows, COLUMNS))
+    report_rows(args.out, rows, COLUMNS)
     return {row["decoder"]: row for row in rows}
 
 

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from _common.cli import DEFAULT_DATA_DIR, make_parser
-from _common.experiments import log, markdown_table, subsample, write_csv
+from _common.experiments import log, report_rows, subsample
 
 MODELS = ("frequent_labels", "sigmoid", "sparsemax", "lp_sparsemap")
 MULAN_TRAIN_ROWS = 1500
@@ -227,9 +227,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
         }
         rows.append({"model": name, **results[name]})
         log(f"{name}: example-F1 {results[name]['example_f1']:.4f} ({seconds:.1f} s of training)")
-    write_csv(args.out, rows)
-    log(f"wrote {args.out}")
-    print(markdown_table(rows, COLUMNS))
+    report_rows(args.out, rows, COLUMNS)
     return results
 
 

@@ -30,7 +30,7 @@ import argparse
 import os
 import time
 
-from _common.cli import make_parser
+from _common.cli import add_tagging_arguments, make_parser
 
 LOSSES = ("sparsemap", "margin", "crf")
 
@@ -38,16 +38,7 @@ LOSSES = ("sparsemap", "margin", "crf")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = make_parser(__doc__)
     parser.add_argument("--loss", choices=LOSSES, default="sparsemap", help="structured loss")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs")
-    parser.add_argument("--sentences", type=int, default=1200, help="training sentences")
-    parser.add_argument("--test-sentences", type=int, default=300, help="held-out sentences")
-    parser.add_argument("--tags", type=int, default=6, help="number of tags K")
-    parser.add_argument("--words", type=int, default=40, help="vocabulary size")
-    parser.add_argument("--max-length", type=int, default=12, help="longest sentence")
-    parser.add_argument("--hidden", type=int, default=32, help="embedding and hidden width")
-    parser.add_argument("--batch-size", type=int, default=32, help="Adam batch size")
-    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam learning rate")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
+    add_tagging_arguments(parser)
     parser.add_argument("--save", default=None, help="optional .keras path for the trained predictor")
     args = parser.parse_args(argv)
     if args.max_length < 2 or args.tags < 2 or args.words <= args.tags:

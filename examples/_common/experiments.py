@@ -82,3 +82,10 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(column, "")) for column in columns) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def report_rows(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """Writes ``rows`` to the CSV ``path`` and prints their ``columns`` as a markdown table."""
+    write_csv(path, rows)
+    log(f"wrote {path}")
+    print(markdown_table(rows, columns))
