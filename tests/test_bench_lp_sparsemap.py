@@ -37,7 +37,7 @@ def test_the_batch_equals_the_loop_on_every_graph():
 
 
 def test_cvxpy_solves_the_same_relaxation():
-    pytest.importorskip("cvxpy")
+    pytest.importorskip("cvxpy", reason="the benchmark's reference solver: pip install -e '.[bench]'")
     for name, graph, eta_u, eta_v in _graphs():
         result = bench.run_graph(graph, eta_u, eta_v, cvxpy_examples=2, solver="CLARABEL")
         assert result["cvxpy_difference_u"] <= 1e-6, name
