@@ -99,6 +99,26 @@ KernelResult = collections.namedtuple(
 )
 
 
+def start_of(result: KernelResult) -> tuple:
+    """The start tuple of a warm start from ``result``'s support and weights:
+    ``(m_indices, m_values, n_indices, n_values, codes (k, code_size), weights)``, the
+    fields of :data:`KernelResult` (rows padded with zero values)."""
+    codes = result.codes.reshape((result.weights.size, -1))
+    return (result.m_indices, result.m_values, result.n_indices, result.n_values, codes, result.weights)
+
+
+def _no_start(code_size: int) -> tuple:
+    """The start tuple (:func:`start_of`) with no structures: the solve starts from the MAP structure."""
+    return (
+        np.zeros((0, 1), np.int64),
+        np.zeros((0, 1)),
+        np.zeros((0, 1), np.int64),
+        np.zeros((0, 1)),
+        np.zeros((0, code_size), np.int64),
+        np.zeros(0),
+    )
+
+
 @nb.njit(cache=True, nogil=True)
 def _uniform_fill(out, seed):
     """Fill ``out`` with pseudo-random numbers uniform on ``[-1, 1)`` (SplitMix64 from
@@ -161,11 +181,62 @@ def _linearize(eta_u, u, iterate):
 
 
 @nb.njit(cache=True, nogil=True)
+def _store_start(Mi, Mv, Mw, Ni, Nv, Nw, Cb, Ch, y, theta, start, order, eta_u, eta_v):
+    """Store a start tuple's (:func:`start_of`) structures in the first rows (unary indices taken to the
+    kernel's ``order``; the rows' zero padding left out), their weights in ``y`` and their
+    scores in ``theta``; returns the buffers, widened if needed."""
+    start_mi, start_mv, start_ni, start_nv, start_codes, start_y = start
+    position = np.arange(eta_u.shape[0])
+    if order.shape[0] > 0:
+        for j in range(order.shape[0]):
+            position[order[j]] = j
+    m_indices, m_values = np.zeros(start_mi.shape[1], np.int64), np.zeros(start_mi.shape[1])
+    n_indices, n_values = np.zeros(start_ni.shape[1], np.int64), np.zeros(start_ni.shape[1])
+    for i in range(start_y.shape[0]):
+        count_u = 0
+        for j in range(start_mi.shape[1]):
+            if start_mv[i, j] != 0.0:
+                m_indices[count_u], m_values[count_u] = position[start_mi[i, j]], start_mv[i, j]
+                count_u += 1
+        count_v = 0
+        for j in range(start_ni.shape[1]):
+            if start_nv[i, j] != 0.0:
+                n_indices[count_v], n_values[count_v] = start_ni[i, j], start_nv[i, j]
+                count_v += 1
+        Mi, Mv = store_row(Mi, Mv, Mw, i, m_indices, m_values, count_u)
+        Ni, Nv = store_row(Ni, Nv, Nw, i, n_indices, n_values, count_v)
+        copy_into(start_codes[i : i + 1], Cb[i:])  # Cb[i] = start_codes[i]
+        Ch[i] = hash_code(start_codes[i])
+        y[i] = start_y[i]
+        theta[i] = sparse_dot(m_indices, m_values, count_u, eta_u) + sparse_dot(
+            n_indices, n_values, count_v, eta_v
+        )
+    return Mi, Mv, Ni, Nv
+
+
+@nb.njit(cache=True, nogil=True)
 def _solve_one(
-    oracle, eta_u, eta_v, length, params, code_size, nonzeros, order, one_hot_codes, tol, max_iter, exact
+    oracle,
+    eta_u,
+    eta_v,
+    length,
+    params,
+    code_size,
+    nonzeros,
+    order,
+    one_hot_codes,
+    tol,
+    max_iter,
+    exact,
+    start,
 ):
     """Active-set SparseMAP of one example, MAP calls to the oracle at address ``oracle``
     included, in the oracle's ``order`` of the unary part (empty: the flat order) until the end.
+
+    ``start`` is a start tuple (:func:`start_of`): with no rows, the solve starts from the MAP structure;
+    otherwise from those structures and weights (a warm start, as
+    :meth:`~keras_structured.engine.active_set.ActiveSetSolver.restart`), whose relaxed QP
+    at the new scores is solved first.
 
     It stops once the gap is within ``tol``. With ``exact``, it goes on until the support
     spans the face of the solution, which the Jacobian projects on: the MAP structure
@@ -181,6 +252,9 @@ def _solve_one(
     if order.shape[0] > 0:
         eta_u = eta_u[order]
     du, dv, cap = eta_u.shape[0], eta_v.shape[0], 8
+    start_mi, start_mv, start_ni, start_nv, start_codes, start_y = start
+    while cap <= start_y.shape[0]:
+        cap *= 2
     Mi, Mv, Mw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Ni, Nv, Nw = np.zeros((cap, 1), np.int64), np.zeros((cap, 1)), np.zeros(cap, np.int64)
     Cb, Ch, slots = np.zeros((cap, code_size), np.int64), np.zeros(cap, np.int64), np.arange(cap)
@@ -190,22 +264,29 @@ def _solve_one(
     n_indices, n_values = np.zeros(nonzeros[1], np.int64), np.zeros(nonzeros[1])
     code, m, scratch = np.zeros(code_size, np.int64), np.zeros(du), np.zeros(du)
     u, iterate = np.zeros(du), eta_u.copy()
-    count_u, count_v = map_oracle(
-        iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
-    )
-    k = np.int64(1)
-    Mi, Mv = store_row(Mi, Mv, Mw, slots[0], m_indices, m_values, count_u)
-    Ni, Nv = store_row(Ni, Nv, Nw, slots[0], n_indices, n_values, count_v)
-    copy_into(code.reshape((1, -1)), Cb)  # Cb[0] = code
-    Ch[0] = hash_code(code)
-    y[0] = 1.0
-    theta[0] = sparse_dot(m_indices, m_values, count_u, eta_u) + sparse_dot(
-        n_indices, n_values, count_v, eta_v
-    )
-    kinv[0, 0], kinv[0, 1], kinv[1, 0] = -dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
-    kkt_solution(kinv, k, theta, work[SOLUTION])
-    combine(Mi, Mv, Mw, slots, y, k, u)
-    calls, gap, status, stalls = 1, np.inf, RUNNING, 0
+    k, calls = np.int64(start_y.shape[0]), 0
+    if k == 0:
+        count_u, count_v = map_oracle(
+            iterate, eta_v, length, params, m_indices, m_values, n_indices, n_values, code
+        )
+        k, calls = np.int64(1), 1
+        Mi, Mv = store_row(Mi, Mv, Mw, slots[0], m_indices, m_values, count_u)
+        Ni, Nv = store_row(Ni, Nv, Nw, slots[0], n_indices, n_values, count_v)
+        copy_into(code.reshape((1, -1)), Cb)  # Cb[0] = code
+        Ch[0] = hash_code(code)
+        y[0] = 1.0
+        theta[0] = sparse_dot(m_indices, m_values, count_u, eta_u) + sparse_dot(
+            n_indices, n_values, count_v, eta_v
+        )
+        kinv[0, 0], kinv[0, 1], kinv[1, 0] = -dot(m_values[:count_u], m_values[:count_u]), 1.0, 1.0
+        kkt_solution(kinv, k, theta, work[SOLUTION])
+        combine(Mi, Mv, Mw, slots, y, k, u)
+    else:
+        Mi, Mv, Ni, Nv = _store_start(Mi, Mv, Mw, Ni, Nv, Nw, Cb, Ch, y, theta, start, order, eta_u, eta_v)
+        rebuild_inverse(Mi, Mv, Mw, slots, kinv, k, scratch)
+        kkt_solution(kinv, k, theta, work[SOLUTION])
+        k = solve_relaxed(Mi, Mv, Mw, slots, y, theta, kinv, k, scratch, work, u, np.bool_(True), 0.0)
+    gap, status, stalls = np.inf, RUNNING, 0
     finish_tol = min(tol, ROUNDING_GAP) if exact else tol
     # Whether (tau, y) has passed the KKT residual check, made every _CHECK_EVERY
     # iterations and always before convergence is declared.
@@ -419,26 +500,40 @@ def _solve_one(
 
 
 def solve_compiled(
-    compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int, exact: bool = True
+    compiled: CompiledOracle,
+    flat_u,
+    flat_v,
+    lengths,
+    tol: float,
+    max_iter: int,
+    exact: bool = True,
+    starts: list | None = None,
 ):
     """Solve every example with the compiled kernel (``exact``: to termination, see
     :func:`_solve_one`).
+
+    ``starts``: None, or per example None or a :data:`KernelResult` of the same structure
+    and shapes to warm-start from (its support and weights; see :func:`_solve_one`).
 
     Returns a list of per-example :data:`KernelResult`: the fields of
     :class:`~keras_structured.engine.support.ExampleSolution`, with the solver
     ``status`` (``CONVERGED``, ``STALLED``, ``TOL_REACHED`` or ``RUNNING``) last.
     """
     with single_threaded_blas():
-        return _solve_all(compiled, flat_u, flat_v, lengths, tol, max_iter, exact)
+        return _solve_all(compiled, flat_u, flat_v, lengths, tol, max_iter, exact, starts)
 
 
-def _solve_all(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int, exact: bool):
+def _solve_all(
+    compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, max_iter: int, exact: bool, starts
+):
     batch = flat_u.shape[0]
     # The oracle's signature: C-contiguous and writable rows.
     flat_u, flat_v = (np.require(flat, np.float64, ("C", "W")) for flat in (flat_u, flat_v))
     sizes, params, code_size = sizes_of(lengths, batch), compiled.params, math.prod(compiled.code_shape)
     nonzeros, order = compiled.nonzero_bounds, compiled.kernel_order
     oracle = address(compiled.function, ORACLE)
+    no_start = _no_start(code_size)
+    starts = [no_start if start is None else start_of(start) for start in starts or [None] * batch]
 
     def solve_example(b):
         result = _solve_one(
@@ -454,6 +549,7 @@ def _solve_all(compiled: CompiledOracle, flat_u, flat_v, lengths, tol: float, ma
             tol,
             max_iter,
             exact,
+            starts[b],
         )
         return result._replace(
             codes=result.codes.reshape((result.weights.size,) + tuple(compiled.code_shape))

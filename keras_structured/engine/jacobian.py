@@ -46,6 +46,13 @@ def sparse_rows(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return indices, values
 
 
+def dense_rows(indices: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """The dense ``(k, size)`` matrix of zero-padded index/value lists (:func:`sparse_rows`'s inverse)."""
+    rows = np.zeros((indices.shape[0], size))
+    np.add.at(rows, (np.arange(indices.shape[0])[:, None], indices), values)
+    return rows
+
+
 @numba.njit(cache=True, nogil=True)
 def _product(m_indices, m_values, n_indices, n_values, weight_jacobian, x_u, x_v, j_u, j_v):
     scores = np.empty(weight_jacobian.shape[1])

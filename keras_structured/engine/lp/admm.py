@@ -37,11 +37,10 @@ import warnings
 import numpy as np
 
 from keras_structured.engine.blas_threads import single_threaded_blas
-from keras_structured.engine.lp.blocks import GraphLayout, VertexFace, make_block
+from keras_structured.engine.lp.blocks import VertexFace
 from keras_structured.engine.lp.graph import FactorGraph
 from keras_structured.engine.lp.kkt import FaceSystem
 from keras_structured.engine.lp.logic import LogicFactor
-from keras_structured.engine.options import DEFAULT_MAX_ITER
 from keras_structured.engine.solve import SparseMAPConvergenceWarning, _warning_stacklevel
 from keras_structured.validation import check_bool, check_integer, check_number
 
@@ -184,8 +183,10 @@ def lp_sparsemap(
     """
     options = LPSparseMAPOptions() if options is None else options
     eta_u, eta_v = graph.check_scores(eta_u, eta_v)
+    from keras_structured.engine.lp.batch import solve_batch
+
     with single_threaded_blas():
-        solution = _solve(graph, eta_u, eta_v, options)
+        (solution,) = solve_batch(graph, eta_u[None], np.concatenate([[], *eta_v])[None], options)
     if not solution.converged:
         warnings.warn(
             _convergence_message(options, [solution]),
@@ -272,59 +273,6 @@ def _convergence_message(options: LPSparseMAPOptions, solutions: list[LPSparseMA
     )
 
 
-def _solve(graph, eta_u, eta_v, options) -> LPSparseMAPSolution:
-    """ADMM and the polish of one problem (checked float64 scores)."""
-    links, layout = graph.links, GraphLayout(graph)
-    blocks = [make_block(factor) for factor in graph.factors]
-    num_links = sum(link.size for link in links)
-    u = np.clip(eta_u, 0.0, 1.0)
-    multipliers = [np.zeros(link.size) for link in links]
-    rho = options.rho
-    primal = dual = np.inf
-    converged = False
-    iterations = 0
-    while iterations < options.max_iter:
-        iterations += 1
-        copies, inner_converged = _solve_blocks(
-            layout, blocks, links, u, multipliers, eta_v, rho, options.max_inner_iter
-        )
-        total = eta_u.copy()
-        for link, copy, multiplier in zip(links, copies, multipliers, strict=True):
-            total[link] += multiplier + rho * copy
-        previous, u = u, total / (1.0 + rho * graph.degrees)
-        squared = 0.0
-        for link, copy, multiplier in zip(links, copies, multipliers, strict=True):
-            difference = copy - u[link]
-            multiplier += rho * difference
-            squared += difference @ difference
-        primal = float(np.sqrt(squared / num_links))
-        dual = float(rho * np.sqrt(graph.degrees @ (u - previous) ** 2 / num_links))
-        if primal <= options.tol and dual <= options.tol and inner_converged:
-            converged = True
-            break
-        if options.adapt_rho:
-            if primal > RHO_BALANCE * dual:
-                rho = min(rho * RHO_FACTOR, RHO_MAX)
-            elif dual > RHO_BALANCE * primal:
-                rho = max(rho / RHO_FACTOR, RHO_MIN)
-    # The faces: one exact solve of every factor at the final scores.
-    for block, link, multiplier, scores in zip(blocks, links, multipliers, eta_v, strict=True):
-        block.solve(u[link] - multiplier / rho, scores / rho, INNER_TOL, DEFAULT_MAX_ITER, exact=True)
-    return finish(
-        graph,
-        blocks,
-        eta_u,
-        eta_v,
-        u,
-        options,
-        converged=converged,
-        iterations=iterations,
-        primal=primal,
-        dual=dual,
-        rho=rho,
-    )
-
-
 def finish(
     graph: FactorGraph,
     blocks: list,
@@ -385,30 +333,6 @@ def _snap(values: np.ndarray) -> np.ndarray:
     """``values`` with the entries within ``SNAP_TOL`` of 0 or 1 set to it."""
     values = np.where(np.abs(values) <= SNAP_TOL, 0.0, values)
     return np.where(np.abs(values - 1.0) <= SNAP_TOL, 1.0, values)
-
-
-def _solve_blocks(layout, blocks, links, u, multipliers, eta_v, rho, max_calls):
-    """Every factor's subproblem at the current iterate; ``(copies x_f, all converged)``.
-
-    The structure factors' by their blocks; the logic factors' one kind at a time, by a
-    closed form vectorised over the factors of the kind (a batch of one example of
-    :class:`~keras_structured.engine.lp.blocks.LogicGroup`).
-    """
-    a = np.concatenate(
-        [u[link] - multiplier / rho for link, multiplier in zip(links, multipliers, strict=True)]
-    )
-    s = np.concatenate(eta_v) / rho
-    copies = np.empty_like(a)
-    for group in layout.groups:
-        group.solve(a[None], s[None], copies[None])
-    converged = True
-    for f in layout.structures:
-        positions = layout.factor_links[f]
-        copies[positions], _, done = blocks[f].solve(
-            a[positions], s[layout.factor_parts[f]], INNER_TOL, max_calls
-        )
-        converged &= done
-    return [copies[positions] for positions in layout.factor_links], converged
 
 
 def _acceptable(graph: FactorGraph, system: FaceSystem, candidate: np.ndarray, iterate: np.ndarray) -> bool:

@@ -4,13 +4,14 @@ Every ADMM iteration asks each factor ``f`` for
 
     argmax_{(x, z) in M_f}  <a, x> + <s, z> - ||x||^2 / 2,
 
-a SparseMAP problem with scores ``(a, s)``. A :class:`StructureBlock` solves it with the
-engine's active-set solver, warm-started from the previous iteration's active set (the
-scores move little between iterations, so a few MAP calls suffice); a :class:`LogicBlock`
-with the factor's closed form.
-
-:func:`solve_structure_blocks` and :class:`LogicGroup` solve the blocks of a batch of
-examples side by side (:mod:`~keras_structured.engine.lp.batch`).
+a SparseMAP problem with scores ``(a, s)``. :func:`solve_structure_blocks` solves a structure
+factor's, for a batch of examples, with the engine's active-set solver, each example
+warm-started from its previous iteration's active set (the scores move little between
+iterations, so a few MAP calls suffice): the compiled kernel
+(:mod:`~keras_structured.engine.compiled_active_set`) for structures with a compiled
+oracle, the Python solver for the others; :class:`LogicGroup` solves the logic factors' by
+their closed forms, vectorised over factors and examples
+(:mod:`~keras_structured.engine.lp.batch` runs both).
 
 At the solution, each block reports its *face* for the implicit differentiation
 (:mod:`~keras_structured.engine.lp.kkt`): a structure factor its active structures
@@ -25,6 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 from keras_structured.engine.active_set import ActiveSetSolver
+from keras_structured.engine.compiled_active_set import CONVERGED, KernelResult, solve_compiled
+from keras_structured.engine.jacobian import dense_rows
 from keras_structured.engine.lp.graph import FactorGraph, StructureFactor
 from keras_structured.engine.lp.logic import LogicFactor
 
@@ -56,7 +59,8 @@ class ConstraintFace(NamedTuple):
 
 
 class StructureBlock:
-    """The ADMM subproblem of a :class:`StructureFactor`, by the warm-started active set.
+    """The ADMM subproblem of a :class:`StructureFactor` for one example, by the
+    warm-started active set (:func:`solve_structure_blocks`).
 
     Args:
         factor: the structure factor.
@@ -64,28 +68,24 @@ class StructureBlock:
 
     def __init__(self, factor: StructureFactor):
         self.factor = factor
-        self.solver: ActiveSetSolver | None = None
+        # The last solve: a KernelResult (compiled oracle) or an ActiveSetSolver; None until
+        # the first.
+        self.state: KernelResult | ActiveSetSolver | None = None
         self.map_calls = 0
-
-    def solve(self, a: np.ndarray, s: np.ndarray, tol: float, max_calls: int, exact: bool = False):
-        """Solve the subproblem; returns ``(x, z, converged)``.
-
-        Args:
-            a, s: the scores.
-            tol: the engine's relative Wolfe-gap tolerance.
-            max_calls: most MAP calls.
-            exact: go on to the engine's exact termination (the support then spans the
-                solution's face; see :func:`keras_structured.engine.solve`).
-        """
-        x, z, converged = solve_structure_blocks([self], a[None], s[None], tol, max_calls, exact)
-        return x[0], z[0], bool(converged[0])
 
     def additional(self) -> np.ndarray:
         """The additional marginals ``z`` of the last solution."""
-        return self.solver.v
+        return self.state.v
 
     def face(self) -> VertexFace:
-        return VertexFace(self.solver.M, self.solver.N, self.solver.y)
+        state = self.state
+        if isinstance(state, ActiveSetSolver):
+            return VertexFace(state.M, state.N, state.y)
+        return VertexFace(
+            dense_rows(state.m_indices, state.m_values, state.u.size),
+            dense_rows(state.n_indices, state.n_values, state.v.size),
+            state.weights,
+        )
 
 
 def solve_structure_blocks(
@@ -93,38 +93,56 @@ def solve_structure_blocks(
 ):
     """:meth:`StructureBlock.solve` of blocks of one factor (one per example), side by side.
 
-    Each block's solver is restarted from its last active set
-    (:meth:`~keras_structured.engine.active_set.ActiveSetSolver.restart`; the first solve
-    starts from the MAP structure) and then takes MAP structures until done; the MAP calls
-    of the blocks still running are one batched call of the structure's oracle per round.
-    Each block's arithmetic is that of a solve on its own, bit for bit.
+    Each block's solve starts from its last active set and weights (the first from the
+    MAP structure). With a compiled oracle, the compiled kernel solves the examples, on
+    all threads (:func:`~keras_structured.engine.compiled_active_set.solve_compiled`);
+    otherwise each block's Python solver is restarted
+    (:meth:`~keras_structured.engine.active_set.ActiveSetSolver.restart`) and takes MAP
+    structures until done, the MAP calls of the blocks still running being one batched
+    call of the structure's oracle per round. Either way each block's arithmetic is that
+    of a solve on its own, bit for bit.
 
     Args:
         blocks: the blocks.
         a: ``(len(blocks), d)`` scores of the factor's variables.
         s: ``(len(blocks), e)`` scores of its additional parts.
-        tol, max_calls, exact: as for :meth:`StructureBlock.solve`.
+        tol: the engine's relative Wolfe-gap tolerance.
+        max_calls: most MAP calls.
+        exact: go on to the engine's exact termination (the support then spans the
+            solution's face; see :func:`keras_structured.engine.solve`).
 
     Returns:
         ``(x (len(blocks), d), z (len(blocks), e), converged (len(blocks),))``.
     """
-    fresh = [i for i, block in enumerate(blocks) if block.solver is None]
+    compiled = blocks[0].factor.compiled_oracle
+    if compiled is not None:
+        starts = [block.state for block in blocks]
+        results = solve_compiled(compiled, a, s, None, tol, max_calls, exact, starts)
+        for block, result in zip(blocks, results, strict=True):
+            block.state = result
+            block.map_calls += int(result.map_calls)
+        return (
+            np.stack([result.u for result in results]),
+            np.stack([result.v for result in results]),
+            np.array([result.status == CONVERGED for result in results]),
+        )
+    fresh = [i for i, block in enumerate(blocks) if block.state is None]
     for block, scores_u, scores_v in zip(blocks, a, s, strict=True):
-        if block.solver is not None:
-            block.solver.restart(*_own(scores_u, scores_v), tol, exact)
+        if block.state is not None:
+            block.state.restart(*_own(scores_u, scores_v), tol, exact)
     if fresh:
         m, n, codes = _map(blocks, fresh, a[fresh], s[fresh])
         for j, i in enumerate(fresh):
-            blocks[i].solver = ActiveSetSolver(*_own(a[i], s[i], m[j], n[j]), codes[j], tol, exact=exact)
+            blocks[i].state = ActiveSetSolver(*_own(a[i], s[i], m[j], n[j]), codes[j], tol, exact=exact)
     for _ in range(max_calls):
-        pending = [i for i, block in enumerate(blocks) if not block.solver.done]
+        pending = [i for i, block in enumerate(blocks) if not block.state.done]
         if not pending:
             break
-        scores = np.stack([blocks[i].solver.map_scores() for i in pending])
+        scores = np.stack([blocks[i].state.map_scores() for i in pending])
         m, n, codes = _map(blocks, pending, scores, s[pending])
         for j, i in enumerate(pending):
-            blocks[i].solver.step(*_own(m[j], n[j]), codes[j])
-    solvers = [block.solver for block in blocks]
+            blocks[i].state.step(*_own(m[j], n[j]), codes[j])
+    solvers = [block.state for block in blocks]
     return (
         np.stack([solver.u for solver in solvers]),
         np.stack([solver.v for solver in solvers]),
@@ -153,23 +171,19 @@ def _map(blocks: list[StructureBlock], which: list[int], scores_u: np.ndarray, s
 
 
 class LogicBlock:
-    """The ADMM subproblem of a logic factor, in closed form.
+    """The solution of a logic factor's ADMM subproblem for one example (solved by a
+    :class:`LogicGroup`), and its face.
 
     Args:
         factor: the logic factor.
-        x, z: its solution, when solved elsewhere (by a :class:`LogicGroup`); None until
-            :meth:`solve`.
+        x, z: its solution.
     """
 
     map_calls = 0
 
-    def __init__(self, factor: LogicFactor, x: np.ndarray | None = None, z: np.ndarray | None = None):
+    def __init__(self, factor: LogicFactor, x: np.ndarray, z: np.ndarray):
         self.factor = factor
         self.x, self.z = x, z
-
-    def solve(self, a: np.ndarray, s: np.ndarray, tol: float, max_calls: int, exact: bool = False):
-        self.x, self.z = self.factor.project(a, s)
-        return self.x, self.z, True
 
     def additional(self) -> np.ndarray:
         """The additional marginals ``z`` of the last solution."""
@@ -179,11 +193,6 @@ class LogicBlock:
         a_x, a_z, b, equality = self.factor.inequalities()
         tight = equality | (a_x @ self.x + a_z @ self.z >= b - TIGHT_TOL)
         return ConstraintFace(a_x[tight], a_z[tight], b[tight])
-
-
-def make_block(factor):
-    """The block that solves ``factor``'s subproblem."""
-    return StructureBlock(factor) if isinstance(factor, StructureFactor) else LogicBlock(factor)
 
 
 class LogicGroup:

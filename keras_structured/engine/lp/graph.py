@@ -20,6 +20,7 @@ the SparseMAP problem over the *local polytope* (Niculae and Martins, ICML 2020)
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -125,6 +126,12 @@ class StructureFactor(Factor):
 
     def v_shape(self) -> tuple[int, ...]:
         return self._v_shape
+
+    @functools.cached_property
+    def compiled_oracle(self):
+        """The structure's :class:`~keras_structured.engine.compiled_oracle.CompiledOracle`
+        at the factor's shapes, or None (its subproblems then run the Python active set)."""
+        return self.structure.compiled_oracle(self.variables.shape, self._v_shape)
 
     def get_config(self) -> dict:
         return {"structure": structure_to_config(self.structure), "variables": self.variables.tolist()}
