@@ -1,7 +1,5 @@
 """Interpolation-based projections: constraints, the core op and the Keras layer."""
 
-import functools
-
 import keras
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ from keras_structured.projections import (
     mix,
     project,
 )
+from tests.jacobians import row_jacobians
 from tests.layer_checks import check_layer
 
 RNG = np.random.default_rng(1234)
@@ -170,7 +169,7 @@ def test_gradients_match_finite_differences(name, seed, scale):
     h_x = constraint.h(xp, ref).numpy()
     assume(np.all(np.abs(h_x) > 1e-3))  # away from the boundary kink
     assume(np.any(h_x > 0))
-    theoretical, numerical = _jacobians(constraint, x, reference, delta=1e-6)
+    theoretical, numerical = row_jacobians(constraint.project, x, reference, delta=1e-6)
     np.testing.assert_allclose(theoretical, numerical, atol=2e-5, rtol=1e-4)
     # The eager gradient is the traced Jacobian's product.
     x = tf.convert_to_tensor(x)
@@ -180,40 +179,6 @@ def test_gradients_match_finite_differences(name, seed, scale):
         out = constraint.project(x, reference)
     eager = tape.gradient(out, x, output_gradients=tf.constant(cotangent)).numpy()
     np.testing.assert_allclose(eager.ravel(), cotangent.ravel() @ theoretical, rtol=1e-10, atol=1e-12)
-
-
-@functools.cache
-def _tape_jacobian(constraint):
-    """``(x, reference) -> d project(x, reference) / dx`` as one ``tf.function`` per
-    constraint, traced once for all of a test's examples."""
-
-    @tf.function(reduce_retracing=True)
-    def jacobian(x, reference):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            out = constraint.project(x, reference)
-        return tape.jacobian(out, x)
-
-    return jacobian
-
-
-def _jacobians(constraint, x, reference, delta):
-    """The ``(batch * d, batch * d)`` Jacobian of ``constraint.project`` at ``x``: from the
-    tape, and by central differences. The differences come from one batched call: every
-    row ``b`` of ``x`` moved by ``+-delta`` along each coordinate (rows are projected
-    independently; the tape's Jacobian, across rows included, checks that its gradients are)."""
-    x = tf.convert_to_tensor(x)
-    batch, d = x.shape[0], int(np.prod(x.shape[1:]))
-    theoretical = _tape_jacobian(constraint)(x, reference).numpy().reshape(batch * d, batch * d)
-    steps = np.concatenate([np.eye(d), -np.eye(d)]) * delta  # (2d, d)
-    moved = (x.numpy().reshape(batch, 1, d) + steps).reshape((batch * 2 * d,) + tuple(x.shape[1:]))
-    tiled = None if reference is None else np.repeat(np.asarray(reference), 2 * d, axis=0)
-    values = constraint.project(tf.constant(moved), tiled).numpy().reshape(batch, 2, d, d)
-    numerical = np.zeros((batch * d, batch * d))
-    for b in range(batch):
-        # numerical[(b, i), (b, j)] = (out_i(x + delta e_j) - out_i(x - delta e_j)) / (2 delta)
-        numerical[b * d : (b + 1) * d, b * d : (b + 1) * d] = (values[b, 0] - values[b, 1]).T / (2 * delta)
-    return theoretical, numerical
 
 
 @pytest.mark.parametrize("name", NAMES)
