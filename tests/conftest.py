@@ -46,6 +46,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.application)
 
 
+# With ``--dist loadfile``, the first module handed to the second worker: a long one that
+# needs no numba. On a fresh checkout, the first worker then compiles the SparseMAP kernel and
+# the oracles (30-50 s of each worker's time) while the second runs TensorFlow tests, and the
+# second later loads them from numba's disk cache instead of compiling them at the same time.
+NUMBA_FREE_MODULE = "tests/test_projections.py"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` as usual, except for :data:`NUMBA_FREE_MODULE`'s place (only the
+    order in which workers receive the modules changes)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class NumbaFreeSecond(LoadFileScheduling):
+        assigned = 0
+
+        def _assign_work_unit(self, node):
+            self.assigned += 1
+            if self.assigned == 2 and NUMBA_FREE_MODULE in self.workqueue:
+                self.workqueue.move_to_end(NUMBA_FREE_MODULE, last=False)
+            super()._assign_work_unit(node)
+
+    return NumbaFreeSecond(config, log)
+
+
 @pytest.fixture
 def op_determinism():
     """Deterministic TensorFlow ops for one test, then the previous setting back.

@@ -193,12 +193,12 @@ def _store_start(Mi, Mv, Mw, Ni, Nv, Nw, Cb, Ch, y, theta, start, order, eta_u, 
     m_indices, m_values = np.zeros(start_mi.shape[1], np.int64), np.zeros(start_mi.shape[1])
     n_indices, n_values = np.zeros(start_ni.shape[1], np.int64), np.zeros(start_ni.shape[1])
     for i in range(start_y.shape[0]):
-        count_u = 0
+        count_u = np.int64(0)  # not a literal 0: store_row and sparse_dot keep the kernel's signatures
         for j in range(start_mi.shape[1]):
             if start_mv[i, j] != 0.0:
                 m_indices[count_u], m_values[count_u] = position[start_mi[i, j]], start_mv[i, j]
                 count_u += 1
-        count_v = 0
+        count_v = np.int64(0)
         for j in range(start_ni.shape[1]):
             if start_nv[i, j] != 0.0:
                 n_indices[count_v], n_values[count_v] = start_ni[i, j], start_nv[i, j]
