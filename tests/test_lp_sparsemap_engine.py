@@ -385,12 +385,13 @@ def test_pair_closed_form_cases():
     assert project_pair(0.3, 0.4, 0.0) == (0.3, 0.4, 0.3)
 
 
-def _directional_difference(graph, eta_u, eta_v, g_u, g_v, d_u, d_v, step=1e-6) -> float:
-    """Central difference of ``<g_u, u> + sum <g_v, v>`` along the scores' direction ``(d_u, d_v)``."""
+def _directional_difference(graph, eta_u, eta_v, g_u, g_v, d_u, d_v, step=1e-6, solve=lp_sparsemap) -> float:
+    """Central difference of ``<g_u, u> + sum <g_v, v>`` along the scores' direction ``(d_u, d_v)``
+    (``solve(graph, eta_u, eta_v)``: the solver)."""
 
     def value(sign):
         scores_v = [s + sign * step * d for s, d in zip(eta_v, d_v, strict=True)]
-        solution = lp_sparsemap(graph, eta_u + sign * step * d_u, scores_v)
+        solution = solve(graph, eta_u + sign * step * d_u, scores_v)
         return g_u @ solution.u + sum(np.sum(g * v) for g, v in zip(g_v, solution.v, strict=True))
 
     return (value(1.0) - value(-1.0)) / (2 * step)

@@ -368,6 +368,22 @@ def backend_values() -> dict:
             np.ones(3, "float32"),
         )
         results[f"{name}/loss"], results[f"{name}/loss_grad"] = loss, grad
+    # The tagger's examples of 3, 2 and 1 words: a mask, and -1 gold on the absent variables.
+    eta_u, eta_v = _scores(TAGGER, 3, seed=18, dtype="float32")
+    mask = np.repeat(np.arange(3)[None, :] < np.array([[3], [2], [1]]), 2, axis=1)
+    upstream = np.random.default_rng(19).normal(size=(3, TAGGER.num_variables + TAGGER.v_size))
+    upstream = upstream.astype("float32")
+    outputs, gradients = value_and_vjp(
+        lambda a, b: _flat(*ks.lp_sparsemap(TAGGER, a, b, mask=mask)), [eta_u, eta_v], upstream
+    )
+    results["masked/out"], results["masked/grad_u"], results["masked/grad_v"] = outputs, *gradients
+    gold_u = np.where(mask, np.tile([1.0, 0.0], 3), -1.0).astype("float32")
+    loss, [grad] = value_and_vjp(
+        lambda s: ks.lp_sparsemap_loss(keras.ops.convert_to_tensor(gold_u), s, TAGGER),
+        [np.concatenate([eta_u, eta_v], axis=1)],
+        np.ones(3, "float32"),
+    )
+    results["masked/loss"], results["masked/loss_grad"] = loss, grad
     return results
 
 

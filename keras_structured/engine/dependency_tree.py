@@ -199,6 +199,12 @@ class DependencyTreeStructure(Structure):
         _check_shape(u_shape)
         super().validate_shapes(u_shape, v_shape)
 
+    def present_parts(self, lengths, u_shape):
+        # arc [h, d]: a head h <= L, a dependent 1 <= d <= L, h != d
+        words = np.asarray(lengths)[:, None, None]
+        heads, dependents = np.arange(u_shape[0])[None, :, None], np.arange(u_shape[1])[None, None, :]
+        return (heads <= words) & (dependents >= 1) & (dependents <= words) & (heads != dependents)
+
     def validate_lengths(self, lengths, u_shape):
         _check_lengths(lengths, len(lengths), u_shape[0] - 1)
 

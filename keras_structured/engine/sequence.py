@@ -164,6 +164,11 @@ class SequenceStructure(Structure):
             )
         super().validate_shapes(u_shape, v_shape)
 
+    def present_parts(self, lengths, u_shape):
+        n, num_labels = u_shape
+        positions = np.arange(n)[None, :, None] < np.asarray(lengths)[:, None, None]
+        return np.broadcast_to(positions, (len(lengths), n, num_labels))
+
     def validate_lengths(self, lengths, u_shape):
         if lengths.ndim != 1 or np.any(lengths < 0) or np.any(lengths > u_shape[0]):
             raise ValueError(

@@ -214,6 +214,43 @@ class Structure:
         """Raise ``ValueError`` when ``lengths`` do not fit the structure (default: no lengths)."""
         raise ValueError(f"{type(self).__name__} does not take lengths. Received: lengths={lengths!r}")
 
+    def present_parts(self, lengths: np.ndarray, u_shape: tuple) -> np.ndarray | None:
+        """``(len(lengths), *u_shape)`` booleans: the unary parts that the structures of each
+        length can use (default: None, the structure takes no lengths)."""
+        return None
+
+    def lengths_from_mask(self, mask: np.ndarray) -> np.ndarray | None:
+        """The lengths whose :meth:`present_parts` are the parts present in ``mask``.
+
+        LP-SparseMAP's masks say which variables each example has; a structure factor over
+        some absent ones runs at the length that leaves them out (the parts no structure
+        uses, such as a tree's diagonal, are not compared).
+
+        Args:
+            mask: ``(batch, *u_shape)`` booleans, True for the parts present.
+
+        Returns:
+            ``(batch,)`` lengths, or None for a structure without lengths (its absent parts
+            are then held at zero as constraints).
+
+        Raises:
+            ValueError: when an example's present parts are those of no length.
+        """
+        u_shape = mask.shape[1:]
+        candidates = self.present_parts(np.arange(u_shape[0] + 1), u_shape)
+        if candidates is None:
+            return None
+        used = mask & candidates[-1]
+        matches = (used[:, None] == candidates[None]).reshape(mask.shape[0], candidates.shape[0], -1).all(-1)
+        if not matches.any(axis=1).all():
+            example = int(np.flatnonzero(~matches.any(axis=1))[0])
+            raise ValueError(
+                f"The variables present in example {example} are not those of a {type(self).__name__} "
+                f"of any length (the parts of its first L positions, for some L). "
+                f"Received: mask over the factor's parts={mask[example].astype(int).tolist()}"
+            )
+        return matches.argmax(axis=1)
+
     def validate_codes(
         self, codes: np.ndarray, u_shape: tuple, lengths: np.ndarray | None = None, name: str = "codes"
     ) -> None:

@@ -69,6 +69,12 @@ class LPSparseMAP(keras.layers.Layer):
             examples, when the graph has additional parts), or packed
             ``(batch, num_variables + v_size)`` scores ``[eta_u, eta_v]`` (``eta_v`` flat in
             factor order; no weights).
+        mask: None, or ``(batch, num_variables)`` booleans, False for the variables an
+            example lacks (padding in a graph built for the largest example): they come out
+            zero, and each example's marginals are those of the graph without them
+            (:func:`keras_structured.lp_sparsemap`). A mask that Keras propagates from an
+            earlier layer is used only with this shape (a per-token mask is not a
+            per-variable one: build the variables' mask and pass it).
 
     Returns:
         The marginals ``u`` ``(batch, num_variables)`` in the dtype of the inputs (float16
@@ -135,15 +141,20 @@ class LPSparseMAP(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, inputs):
+    def call(self, inputs, mask=None):
         refuse_xla(type(self).__name__, LAYER_FIX)
         eta_u, eta_v = split_packed_scores(self.graph, inputs, name="inputs")
         if eta_v is None and self.additional_scores is not None:
             eta_v = broadcast_rows(eta_u, self.additional_scores)
-        u, v, info = lp_sparsemap(self.graph, eta_u, eta_v, options=self.options, return_info=True)
+        u, v, info = lp_sparsemap(
+            self.graph, eta_u, eta_v, mask=mask, options=self.options, return_info=True
+        )
         if not self.return_info:
             return u
         return {"u": u, "v": v, **info}
+
+    def compute_mask(self, inputs, mask=None):
+        return None  # the marginals of absent variables are zeros, not masked entries
 
     def compute_output_shape(self, input_shape):
         batch = tuple(input_shape)[0]

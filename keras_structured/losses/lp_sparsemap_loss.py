@@ -48,7 +48,9 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
     """LP-SparseMAP loss per example (see the module docstring for the formula).
 
     Args:
-        y_true: ``(batch, num_variables)`` gold variables, zeros and ones.
+        y_true: ``(batch, num_variables)`` gold variables, zeros and ones; -1 for the
+            variables an example lacks (padding), which the solve leaves out (its ``mask``,
+            :func:`keras_structured.lp_sparsemap`).
         y_pred: ``(batch, num_variables)`` variable scores, or packed
             ``(batch, num_variables + v_size)`` scores (``eta_v`` last, flat in factor order).
         graph: a :class:`keras_structured.engine.lp.FactorGraph` (or its config dict).
@@ -87,7 +89,9 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
     _, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
     gold_u = ops.cast(gold_u, eta_u.dtype)
     (gold_v,) = host_call.call(LP_GOLD, gold_u, graph=graph)
-    u, v, *_ = host_call.values(LP_SPARSEMAP, eta_u, eta_v, graph=graph, options=options)
+    present = ops.not_equal(gold_u, -1.0)
+    gold_u = ops.where(present, gold_u, 0.0)
+    u, v, *_ = host_call.values(LP_SPARSEMAP, eta_u, eta_v, present, graph=graph, options=options)
     loss = (
         per_example_sum(eta_u * (u - gold_u))
         + per_example_sum(eta_v * (v - gold_v))

@@ -10,7 +10,8 @@ handles to them, residuals of the call, which the VJP receives with the scores (
 again should the store have dropped them) and the cotangents of ``(u, v)``. The VJP has no
 gradient of its own: second derivatives are not supported.
 
-* :data:`LP_SPARSEMAP`: ``(eta_u, eta_v) -> (u, v, converged, iterations, map_calls)``;
+* :data:`LP_SPARSEMAP`: ``(eta_u, eta_v, mask) -> (u, v, converged, iterations, map_calls)``
+  (``mask``: booleans shaped like ``eta_u``, False for absent variables, or None);
 * :data:`LP_GOLD`: ``gold_u -> gold_v``, the additional parts of gold variables (no gradient).
 
 Their static arguments are the :class:`~keras_structured.engine.lp.FactorGraph`, known by
@@ -62,12 +63,13 @@ def _like(result: np.ndarray, template) -> np.ndarray:
 
 
 @raising_invalid_scores
-def _solve(eta_u, eta_v, graph: FactorGraph, options: LPSparseMAPOptions) -> list[LPSparseMAPSolution]:
+def _solve(eta_u, eta_v, mask, graph: FactorGraph, options: LPSparseMAPOptions) -> list[LPSparseMAPSolution]:
     batch = math.prod(_leading_shape(eta_u))
     return lp_sparsemap_batch(
         graph,
         np.reshape(eta_u, (batch, graph.num_variables)),
         np.reshape(eta_v, (batch, graph.v_size)),
+        mask=None if mask is None else np.reshape(mask, (batch, graph.num_variables)),
         options=options,
     )
 
@@ -83,7 +85,7 @@ def _results(solutions: list[LPSparseMAPSolution], eta_u, eta_v) -> tuple:
     return _like(u, eta_u), _like(v, eta_v), *info
 
 
-def values(eta_u, eta_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
+def values(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
     """``(u, v, converged, iterations, map_calls)``, ``u`` and ``v`` shaped like the scores.
 
     Example:
@@ -95,36 +97,36 @@ def values(eta_u, eta_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> 
         >>> u, converged
         (array([[0.75, 0.25, 0.  ]]), array([ True]))
     """
-    return _results(_solve(eta_u, eta_v, graph, options), eta_u, eta_v)
+    return _results(_solve(eta_u, eta_v, mask, graph, options), eta_u, eta_v)
 
 
-def value_specs(eta_u, eta_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> list:
+def value_specs(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSparseMAPOptions) -> list:
     """``(shape, dtype)`` of the results of :func:`values`."""
     leading = _leading_shape(eta_u)
     return [(eta_u.shape, eta_u.dtype), (eta_v.shape, eta_v.dtype), *((leading, dtype) for _, dtype in INFO)]
 
 
-def forward(eta_u, eta_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
+def forward(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
     """:func:`values`, then ``(*leading, 2)`` handles to the solutions, kept in :data:`SOLUTIONS`."""
-    solutions = _solve(eta_u, eta_v, graph, options)
+    solutions = _solve(eta_u, eta_v, mask, graph, options)
     nbytes = sum(solution.system.nbytes for solution in solutions)
     handles = SOLUTIONS.put(solutions, len(solutions), nbytes)
     return *_results(solutions, eta_u, eta_v), handles.reshape(_leading_shape(eta_u) + (2,))
 
 
-def handle_specs(eta_u, eta_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> list:
+def handle_specs(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSparseMAPOptions) -> list:
     """``(shape, dtype)`` of the handles that :func:`forward` returns."""
     return [(_leading_shape(eta_u) + (2,), np.int32)]
 
 
-def vjp(eta_u, eta_v, handles, g_u, g_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
+def vjp(eta_u, eta_v, mask, handles, g_u, g_v, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
     """``(grad_eta_u, grad_eta_v)`` of ``<g_u, u> + <g_v, v>`` at the solutions of ``handles``
     (solved again from the scores when :data:`SOLUTIONS` no longer holds them), shaped and
     typed like the cotangents."""
     batch = math.prod(_leading_shape(g_u))
     taken = SOLUTIONS.take(np.reshape(handles, (batch, 2)))
     if taken is None:
-        solutions = _solve(eta_u, eta_v, graph, options)
+        solutions = _solve(eta_u, eta_v, mask, graph, options)
     else:
         kept, examples = taken
         solutions = [kept[example] for example in examples]
@@ -139,7 +141,8 @@ def vjp(eta_u, eta_v, handles, g_u, g_v, *, graph: FactorGraph, options: LPSpars
 
 def gold(gold_u, *, graph: FactorGraph) -> tuple:
     """``(gold_v,)``: the flat additional parts ``(*leading, v_size)`` of gold variables
-    ``gold_u`` (zeros and ones), in their dtype
+    ``gold_u`` (zeros and ones; -1 for the variables an example lacks, see
+    :func:`~keras_structured.losses.lp_sparsemap_loss`), in their dtype
     (:meth:`~keras_structured.engine.lp.FactorGraph.additional_parts`).
 
     Raises:
@@ -162,8 +165,9 @@ def _gold_parts(gold_u, graph: FactorGraph) -> np.ndarray:
     flat = np.reshape(gold_u, (math.prod(leading), graph.num_variables))
     parts = np.zeros((flat.shape[0], graph.v_size))
     for example, u in enumerate(flat):
+        present = u != -1
         try:
-            parts[example] = _flat(graph.additional_parts(u))
+            parts[example] = _flat(graph.additional_parts(u * present, None if present.all() else present))
         except ValueError as error:
             raise ValueError(f"Example {example} of the gold variables: {error}") from None
     return parts.astype(gold_u.dtype).reshape(leading + (graph.v_size,))

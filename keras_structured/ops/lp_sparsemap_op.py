@@ -128,6 +128,7 @@ def lp_sparsemap(
     eta_u,
     eta_v=None,
     *,
+    mask=None,
     options: LPSparseMAPOptions | None = None,
     return_info: bool = False,
 ):
@@ -141,6 +142,11 @@ def lp_sparsemap(
         eta_u: ``(batch, num_variables)`` variable scores (float16/32/64), finite.
         eta_v: ``(batch, graph.v_size)`` scores of the factors' additional parts, flat in
             factor order, finite; None for zeros.
+        mask: None, or ``(batch, num_variables)`` booleans, False for the variables an
+            example lacks (padding): they are held at zero with zero gradients, and structure
+            factors over them run at the lengths that leave them out, so that each example's
+            solution is that of the graph without them
+            (:func:`~keras_structured.engine.lp.lp_sparsemap_batch`).
         options: the solver settings, a :class:`keras_structured.engine.lp.LPSparseMAPOptions`
             (default: its defaults: ADMM to residuals of 1e-6, at most 1000 iterations, then
             an exact polish).
@@ -180,7 +186,11 @@ def lp_sparsemap(
     if not isinstance(options, LPSparseMAPOptions):
         raise ValueError(f"options must be an LPSparseMAPOptions or None. Received: options={options!r}")
     dtype, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
-    u, v, *info = host_call.call(LP_SPARSEMAP, eta_u, eta_v, graph=graph, options=options)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+        _check_width("mask", mask, graph.num_variables, "one flag per variable of the graph")
+        mask = ops.cast(mask, "bool")
+    u, v, *info = host_call.call(LP_SPARSEMAP, eta_u, eta_v, mask, graph=graph, options=options)
     u, v = ops.cast(u, dtype), ops.cast(v, dtype)
     if not return_info:
         return u, v

@@ -153,7 +153,7 @@ class LPSparseMAPSolution:
 
 
 def lp_sparsemap(
-    graph: FactorGraph, eta_u, eta_v=None, *, options: LPSparseMAPOptions | None = None
+    graph: FactorGraph, eta_u, eta_v=None, *, mask=None, options: LPSparseMAPOptions | None = None
 ) -> LPSparseMAPSolution:
     """Solve LP-SparseMAP on a factor graph by ADMM (see the module docstring).
 
@@ -165,6 +165,8 @@ def lp_sparsemap(
         eta_u: ``(num_variables,)`` variable scores (any float dtype; computed in float64).
         eta_v: None, or one entry per factor: scores of its additional parts, of shape
             ``factor.v_shape()``, or None for zeros.
+        mask: None, or ``(num_variables,)`` booleans, False for the variables the problem
+            lacks (see :func:`lp_sparsemap_batch`).
         options: :class:`LPSparseMAPOptions` (default: the defaults).
 
     Returns:
@@ -183,10 +185,11 @@ def lp_sparsemap(
     """
     options = LPSparseMAPOptions() if options is None else options
     eta_u, eta_v = graph.check_scores(eta_u, eta_v)
+    mask = None if mask is None else _check_mask(graph, np.asarray(mask)[None], 1)
     from keras_structured.engine.lp.batch import solve_batch
 
     with single_threaded_blas():
-        (solution,) = solve_batch(graph, eta_u[None], np.concatenate([[], *eta_v])[None], options)
+        (solution,) = solve_batch(graph, eta_u[None], np.concatenate([[], *eta_v])[None], options, mask)
     if not solution.converged:
         warnings.warn(
             _convergence_message(options, [solution]),
@@ -197,7 +200,7 @@ def lp_sparsemap(
 
 
 def lp_sparsemap_batch(
-    graph: FactorGraph, eta_u, eta_v=None, *, options: LPSparseMAPOptions | None = None
+    graph: FactorGraph, eta_u, eta_v=None, *, mask=None, options: LPSparseMAPOptions | None = None
 ) -> list[LPSparseMAPSolution]:
     """:func:`lp_sparsemap` of every example of a batch on one graph, with one warning.
 
@@ -212,6 +215,13 @@ def lp_sparsemap_batch(
         eta_u: ``(batch, num_variables)`` variable scores.
         eta_v: None, or ``(batch, graph.v_size)``: every factor's additional scores, flat and
             in factor order (:meth:`~keras_structured.engine.lp.graph.FactorGraph.split_additional`).
+        mask: None, or ``(batch, num_variables)`` booleans, False for the variables an example
+            lacks (padding: a shorter sentence in a graph built for the longest). They are held
+            at zero, with zero gradients; a structure factor over some of them runs at the
+            length that leaves them out (its absent variables must be those of a shorter
+            structure, e.g. the tags of a sequence's last positions,
+            :meth:`~keras_structured.engine.Structure.lengths_from_mask`); logic factors see
+            them as off. The solution equals that of the graph without them.
         options: :class:`LPSparseMAPOptions` (default: the defaults).
 
     Returns:
@@ -246,10 +256,11 @@ def lp_sparsemap_batch(
             graph.check_scores(scores_u, graph.split_additional(scores_v))
         except ValueError as error:
             raise ValueError(f"Example {example} of the batch: {error}") from None
+    mask = None if mask is None else _check_mask(graph, np.asarray(mask), batch)
     from keras_structured.engine.lp.batch import solve_batch
 
     with single_threaded_blas():
-        solutions = solve_batch(graph, eta_u, eta_v, options)
+        solutions = solve_batch(graph, eta_u, eta_v, options, mask)
     if not all(solution.converged for solution in solutions):
         warnings.warn(
             _convergence_message(options, solutions),
@@ -257,6 +268,18 @@ def lp_sparsemap_batch(
             stacklevel=_warning_stacklevel(),
         )
     return solutions
+
+
+def _check_mask(graph: FactorGraph, mask: np.ndarray, batch: int) -> np.ndarray:
+    """``mask`` as booleans of shape ``(batch, num_variables)``, or ValueError."""
+    if mask.shape != (batch, graph.num_variables) or not (
+        mask.dtype == bool or (np.issubdtype(mask.dtype, np.number) and np.isin(mask, (0, 1)).all())
+    ):
+        raise ValueError(
+            f"mask must hold booleans (or 0/1), one per variable and example, of shape "
+            f"({batch}, {graph.num_variables}). Received: mask.shape={mask.shape}, dtype={mask.dtype}"
+        )
+    return mask.astype(bool)
 
 
 def _convergence_message(options: LPSparseMAPOptions, solutions: list[LPSparseMAPSolution]) -> str:
@@ -281,6 +304,7 @@ def finish(
     u: np.ndarray,
     options: LPSparseMAPOptions,
     *,
+    absent: np.ndarray | None = None,
     converged: bool,
     iterations: int,
     primal: float,
@@ -298,11 +322,12 @@ def finish(
         eta_v: per factor, its flat additional scores.
         u: the last iterate.
         options: the solver's options.
+        absent: indices of the variables held at zero, or None.
         converged, iterations, primal, dual, rho: the ADMM's flag, iteration count, last
             residuals and penalty.
     """
     faces = [block.face() for block in blocks]
-    system = FaceSystem(graph.links, faces, graph.num_variables)
+    system = FaceSystem(graph.links, faces, graph.num_variables, absent)
     v = [block.additional() for block in blocks]
     polished = False
     if options.polish and converged:

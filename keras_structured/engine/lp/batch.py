@@ -44,19 +44,26 @@ POLISH_RETRIES = 3
 
 class _Iterates:
     """The ADMM's state for a batch: per example its iterate, multipliers, penalty,
-    residuals and iterations; per structure factor one block per example."""
+    residuals and iterations, and its absent variables; per structure factor one block per
+    example and the structures' lengths."""
 
-    def __init__(self, graph: FactorGraph, layout: GraphLayout, eta_u: np.ndarray, options):
+    def __init__(self, graph: FactorGraph, layout: GraphLayout, eta_u: np.ndarray, mask, options):
         batch = eta_u.shape[0]
         self.blocks = {f: [StructureBlock(graph.factors[f]) for _ in range(batch)] for f in layout.structures}
+        self.absent = None if mask is None or mask.all() else ~mask
+        self.lengths = {
+            f: None if self.absent is None else graph.factors[f].lengths(mask) for f in layout.structures
+        }
         self.u = np.clip(eta_u, 0.0, 1.0)
+        if self.absent is not None:
+            self.u[self.absent] = 0.0
         self.multipliers = np.zeros((batch, layout.links.size))
         self.rho = np.full(batch, float(options.rho))
         self.primal, self.dual = np.full(batch, np.inf), np.full(batch, np.inf)
         self.iterations = np.zeros(batch, np.int64)
 
 
-def solve_batch(graph: FactorGraph, eta_u: np.ndarray, eta_v: np.ndarray, options) -> list:
+def solve_batch(graph: FactorGraph, eta_u: np.ndarray, eta_v: np.ndarray, options, mask=None) -> list:
     """ADMM and the polish of a batch of problems on one graph (checked float64 scores).
 
     Args:
@@ -64,6 +71,10 @@ def solve_batch(graph: FactorGraph, eta_u: np.ndarray, eta_v: np.ndarray, option
         eta_u: ``(batch, num_variables)`` variable scores.
         eta_v: ``(batch, v_size)`` additional scores, flat in factor order.
         options: :class:`~keras_structured.engine.lp.admm.LPSparseMAPOptions`.
+        mask: None, or ``(batch, num_variables)`` booleans, False for the variables an example
+            lacks: they are held at zero (the consensus step sets them to zero, the polish and
+            the Jacobian add ``u_i = 0``) and the structure factors over them run at the
+            lengths that leave them out.
 
     Returns:
         One :class:`~keras_structured.engine.lp.admm.LPSparseMAPSolution` per example.
@@ -72,7 +83,7 @@ def solve_batch(graph: FactorGraph, eta_u: np.ndarray, eta_v: np.ndarray, option
     batch = eta_u.shape[0]
     if batch == 0:
         return []
-    state = _Iterates(graph, layout, eta_u, options)
+    state = _Iterates(graph, layout, eta_u, mask, options)
     converged = _iterate(graph, layout, state, eta_u, eta_v, np.arange(batch), options.tol, options)
     solutions = _finish(graph, layout, state, eta_u, eta_v, np.arange(batch), converged, options)
     tol = options.tol
@@ -112,8 +123,14 @@ def _iterate(graph, layout, state: _Iterates, eta_u, eta_v, running: np.ndarray,
         for f in layout.structures:
             links, parts = layout.factor_links[f], layout.factor_parts[f]
             running_blocks = [state.blocks[f][b] for b in running]
+            lengths = state.lengths[f]
             copies[:, links], _, done = solve_structure_blocks(
-                running_blocks, a[:, links], s[:, parts], admm.INNER_TOL, options.max_inner_iter
+                running_blocks,
+                a[:, links],
+                s[:, parts],
+                admm.INNER_TOL,
+                options.max_inner_iter,
+                lengths=None if lengths is None else lengths[running],
             )
             inner &= done
         contributions = multipliers_r + rho_r[:, None] * copies
@@ -122,6 +139,8 @@ def _iterate(graph, layout, state: _Iterates, eta_u, eta_v, running: np.ndarray,
             total[:, variables] += contributions[:, positions]
         previous = u_r
         u_r = total / (1.0 + rho_r[:, None] * graph.degrees)
+        if state.absent is not None:
+            u_r[state.absent[running]] = 0.0
         difference = copies - u_r[:, layout.links]
         multipliers_r += rho_r[:, None] * difference
         primal_r = np.sqrt(np.einsum("bl,bl->b", difference, difference) / num_links)
@@ -148,6 +167,7 @@ def _finish(graph, layout, state: _Iterates, eta_u, eta_v, which: np.ndarray, co
     for group in layout.groups:
         group.solve(a, s, copies, parts)
     for f in layout.structures:
+        lengths = state.lengths[f]
         solve_structure_blocks(
             [state.blocks[f][b] for b in which],
             a[:, layout.factor_links[f]],
@@ -155,6 +175,7 @@ def _finish(graph, layout, state: _Iterates, eta_u, eta_v, which: np.ndarray, co
             admm.INNER_TOL,
             DEFAULT_MAX_ITER,
             True,
+            None if lengths is None else lengths[which],
         )
     solutions = []
     for j, b in enumerate(which):
@@ -174,6 +195,7 @@ def _finish(graph, layout, state: _Iterates, eta_u, eta_v, which: np.ndarray, co
                 scores_v,
                 state.u[b],
                 options,
+                absent=None if state.absent is None else np.flatnonzero(state.absent[b]),
                 converged=bool(converged[b]),
                 iterations=int(state.iterations[b]),
                 primal=float(state.primal[b]),

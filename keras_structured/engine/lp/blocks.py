@@ -89,7 +89,7 @@ class StructureBlock:
 
 
 def solve_structure_blocks(
-    blocks: list[StructureBlock], a, s, tol: float, max_calls: int, exact: bool = False
+    blocks: list[StructureBlock], a, s, tol: float, max_calls: int, exact: bool = False, lengths=None
 ):
     """:meth:`StructureBlock.solve` of blocks of one factor (one per example), side by side.
 
@@ -110,6 +110,8 @@ def solve_structure_blocks(
         max_calls: most MAP calls.
         exact: go on to the engine's exact termination (the support then spans the
             solution's face; see :func:`keras_structured.engine.solve`).
+        lengths: None, or ``(len(blocks),)`` the structures' lengths
+            (:meth:`~keras_structured.engine.lp.graph.StructureFactor.lengths`).
 
     Returns:
         ``(x (len(blocks), d), z (len(blocks), e), converged (len(blocks),))``.
@@ -117,7 +119,7 @@ def solve_structure_blocks(
     compiled = blocks[0].factor.compiled_oracle
     if compiled is not None:
         starts = [block.state for block in blocks]
-        results = solve_compiled(compiled, a, s, None, tol, max_calls, exact, starts)
+        results = solve_compiled(compiled, a, s, lengths, tol, max_calls, exact, starts)
         for block, result in zip(blocks, results, strict=True):
             block.state = result
             block.map_calls += int(result.map_calls)
@@ -131,7 +133,7 @@ def solve_structure_blocks(
         if block.state is not None:
             block.state.restart(*_own(scores_u, scores_v), tol, exact)
     if fresh:
-        m, n, codes = _map(blocks, fresh, a[fresh], s[fresh])
+        m, n, codes = _map(blocks, fresh, a[fresh], s[fresh], lengths)
         for j, i in enumerate(fresh):
             blocks[i].state = ActiveSetSolver(*_own(a[i], s[i], m[j], n[j]), codes[j], tol, exact=exact)
     for _ in range(max_calls):
@@ -139,7 +141,7 @@ def solve_structure_blocks(
         if not pending:
             break
         scores = np.stack([blocks[i].state.map_scores() for i in pending])
-        m, n, codes = _map(blocks, pending, scores, s[pending])
+        m, n, codes = _map(blocks, pending, scores, s[pending], lengths)
         for j, i in enumerate(pending):
             blocks[i].state.step(*_own(m[j], n[j]), codes[j])
     solvers = [block.state for block in blocks]
@@ -157,14 +159,16 @@ def _own(*rows: np.ndarray) -> list[np.ndarray]:
     return [row.copy() for row in rows]
 
 
-def _map(blocks: list[StructureBlock], which: list[int], scores_u: np.ndarray, scores_v: np.ndarray):
-    """The MAP structures of ``blocks[i]`` (``i`` in ``which``) at the given scores, one row
-    each: flat ``(m, n)`` and the codes; counts a MAP call of each."""
+def _map(blocks: list[StructureBlock], which: list[int], scores_u: np.ndarray, scores_v: np.ndarray, lengths):
+    """The MAP structures of ``blocks[i]`` (``i`` in ``which``) at the given scores (and
+    ``lengths[which]``), one row each: flat ``(m, n)`` and the codes; counts a MAP call of each."""
     factor = blocks[0].factor
     u_shape, v_shape = factor.variables.shape, factor.v_shape()
-    count = len(which)
-    codes = factor.structure.map(scores_u.reshape((count,) + u_shape), scores_v.reshape((count,) + v_shape))
-    m, n = factor.structure.indicators(codes, u_shape, v_shape)
+    count, lengths = len(which), None if lengths is None else lengths[which]
+    codes = factor.structure.map(
+        scores_u.reshape((count,) + u_shape), scores_v.reshape((count,) + v_shape), lengths
+    )
+    m, n = factor.structure.indicators(codes, u_shape, v_shape, lengths)
     for i in which:
         blocks[i].map_calls += 1
     return m.reshape(count, -1), n.reshape(count, -1), codes

@@ -127,6 +127,14 @@ class StructureFactor(Factor):
     def v_shape(self) -> tuple[int, ...]:
         return self._v_shape
 
+    def lengths(self, mask: np.ndarray) -> np.ndarray | None:
+        """The structure's per-example lengths under ``mask`` ``(batch, num_variables)``, True
+        for the variables present (:meth:`~keras_structured.engine.Structure.lengths_from_mask`),
+        or None when all of the factor's variables are present or the structure takes no
+        lengths."""
+        present = mask[:, self.variables]
+        return None if present.all() else self.structure.lengths_from_mask(present)
+
     @functools.cached_property
     def compiled_oracle(self):
         """The structure's :class:`~keras_structured.engine.compiled_oracle.CompiledOracle`
@@ -311,7 +319,7 @@ class FactorGraph:
             for start, end, shape in zip(self.v_offsets[:-1], self.v_offsets[1:], self.v_shapes, strict=True)
         ]
 
-    def additional_parts(self, u) -> list[np.ndarray]:
+    def additional_parts(self, u, present=None) -> list[np.ndarray]:
         """The additional parts of the vertex of the local polytope whose variables are ``u``.
 
         A binary ``u`` is a vertex when every factor allows it: its variables are the unary
@@ -323,6 +331,9 @@ class FactorGraph:
 
         Args:
             u: ``(num_variables,)`` zeros and ones.
+            present: None, or ``(num_variables,)`` booleans, False for variables the example
+                lacks (zeros in ``u``; structure factors over them take the lengths that leave
+                them out, as in :func:`~keras_structured.engine.lp.lp_sparsemap_batch`).
 
         Returns:
             Per factor, its additional parts (shape ``factor.v_shape()``), float64.
@@ -352,8 +363,10 @@ class FactorGraph:
             else:
                 u_shape = factor.variables.shape
                 structure = factor.structure
-                codes = structure.map((2.0 * x - 1.0).reshape((1,) + u_shape), np.zeros((1,) + shape))
-                found, part = (a[0] for a in structure.indicators(codes, u_shape, shape))
+                lengths = None if present is None else factor.lengths(np.asarray(present, bool)[None])
+                scores = (2.0 * x - 1.0).reshape((1,) + u_shape)
+                codes = structure.map(scores, np.zeros((1,) + shape), lengths)
+                found, part = (a[0] for a in structure.indicators(codes, u_shape, shape, lengths))
             if not np.array_equal(np.ravel(found), x):
                 raise ValueError(
                     f"The variables {link.tolist()} of factors[{i}] ({factor!r}) take values that the "

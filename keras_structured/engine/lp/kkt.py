@@ -7,6 +7,7 @@ solves the equality-constrained QP in ``y = (u, p_f or z_f for every factor f)``
                                   + sum_{f: constraints} <eta_v[f], z_f>
     s.t. u[links_f] = M_f^T p_f,  sum(p_f) = 1          (a structure factor's active vertices)
          A_x,f u[links_f] + A_z,f z_f = b_f             (a logic factor's tight inequalities)
+         u[absent] = 0                                  (the variables masked out, if any)
 
 whose KKT system is ``K [y; lambda] = [c; e]`` with ``K = [[H, E^T], [E, 0]]``, ``H =
 diag(I, 0)``, ``E`` the constraint rows, ``c`` the linear scores and ``e`` the right-hand
@@ -48,14 +49,16 @@ class FaceSystem:
         links: per factor, its flat variable indices.
         faces: per factor, its :class:`VertexFace` or :class:`ConstraintFace`.
         num_variables: the number of variables.
+        absent: indices of the variables held at zero (masked out), or None.
 
     Attributes:
         sizes: per factor, the number of its unknowns (``p_f`` or ``z_f``).
         residual: the relative residual of the last :meth:`solve`.
     """
 
-    def __init__(self, links, faces, num_variables: int):
+    def __init__(self, links, faces, num_variables: int, absent: np.ndarray | None = None):
         self.links, self.faces, self.num_variables = links, faces, num_variables
+        self.absent = np.zeros(0, np.int64) if absent is None else absent
         self.sizes = [
             face.m.shape[0] if isinstance(face, VertexFace) else face.a_z.shape[1] for face in faces
         ]
@@ -89,6 +92,12 @@ class FaceSystem:
                     values.append(block[i, j])
                 self.dual_rhs.append(face.b)
                 row += r
+        if absent is not None and absent.size:  # u[absent] = 0
+            rows.append(row + np.arange(absent.size))
+            cols.append(absent)
+            values.append(np.ones(absent.size))
+            self.dual_rhs.append(np.zeros(absent.size))
+            row += absent.size
         self.num_dual = row
         self.dual_rhs = np.concatenate(self.dual_rhs)
         constraints = sp.csr_matrix(
