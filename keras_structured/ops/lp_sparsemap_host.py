@@ -21,9 +21,8 @@ dimension is the per-example one (``num_variables`` for ``u``, ``graph.v_size`` 
 additional parts) after any leading dimensions (the batch, and under ``jax.vmap`` the mapped
 ones, which they fold into one batch: ``vmap_method="broadcast_all"``). The solver, its
 Jacobian and the products run in float64 whatever the dtype of the arrays; results come back
-in that dtype. The examples are solved one after the other by
-:func:`~keras_structured.engine.lp.lp_sparsemap_batch`, the entry point of a future batched
-compiled kernel.
+in that dtype. The examples are solved together by
+:func:`~keras_structured.engine.lp.lp_sparsemap_batch` (one ADMM for the batch).
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ A converged iterate is then *polished*: each factor's face is read (after one ex
 structure factor, so that its active set spans its face), and the QP on those faces is
 solved exactly (:mod:`~keras_structured.engine.lp.kkt`). The polished point is kept when
 it is feasible and close to the ADMM iterate; it is then the exact solution, to rounding,
-and the Jacobian of :meth:`LPSparseMAPSolution.vjp` is exactly its derivative.
+and the Jacobian of :meth:`LPSparseMAPSolution.vjp` is exactly its derivative. An iterate
+whose faces give no acceptable point iterates on at a smaller tolerance and is polished
+again (:mod:`~keras_structured.engine.lp.batch`).
 
 Unlike lp-sparsemap (which splits the quadratic term among the factors and rescales each
 variable by the square root of its degree), the quadratic term stays whole in ``u``, so
@@ -206,7 +208,7 @@ def lp_sparsemap_batch(
 
     The ADMM runs for all the examples at once (:mod:`~keras_structured.engine.lp.batch`:
     the logic factors' closed forms vectorised over the examples, the structure factors'
-    warm-started active sets side by side with batched MAP calls, one ``rho`` and one
+    warm-started active sets side by side in the compiled kernel, one ``rho`` and one
     stopping test per example); each example's solution equals :func:`lp_sparsemap`'s up
     to rounding.
 

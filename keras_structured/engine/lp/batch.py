@@ -8,16 +8,17 @@ examples still running at once, on ``(examples, links)`` arrays:
   are projected, for all examples and all factors of the kind, by one vectorised closed form
   (:class:`~keras_structured.engine.lp.blocks.LogicGroup`);
 * each structure factor's subproblems are solved side by side, one warm-started active set
-  per example, their MAP calls batched (:func:`~keras_structured.engine.lp.blocks.solve_structure_blocks`);
+  per example, in one call of the compiled kernel (or with batched MAP calls for a Python
+  oracle; :func:`~keras_structured.engine.lp.blocks.solve_structure_blocks`);
 * the consensus step, the multipliers, the residuals, the stopping test and ``rho`` (one per
   example) are array operations; an example leaves the batch when it converges or
   reaches ``max_iter``.
 
-The consensus step adds the factors' contributions to each variable in factor order, as
-the per-example solver does, so the two follow the same iterates up to the rounding of
-the residuals' sums (which only decides when a residual lies within rounding of ``tol``,
-or of a rho-balancing threshold). Each example is then finished (final exact solves, faces,
-polish; :func:`~keras_structured.engine.lp.admm.finish`).
+Each example's arithmetic does not depend on the others (the structure factors' solves are
+per example, the array operations row by row), so an example solved in a batch equals it
+solved alone (:func:`~keras_structured.engine.lp.admm.lp_sparsemap`, a batch of one) up to
+the rounding of the residuals' sums. Each example is then finished (final exact solves,
+faces, polish; :func:`~keras_structured.engine.lp.admm.finish`).
 
 The polish reads the faces at the last iterate, within ``tol`` of the solution: a vertex
 whose weight vanishes at the solution can still be active there, or a logic inequality
