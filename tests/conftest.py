@@ -58,7 +58,10 @@ def pytest_xdist_make_scheduler(config, log):
     order in which workers receive the modules changes)."""
     if config.getoption("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling
+    try:
+        from xdist.scheduler import LoadFileScheduling
+    except ImportError:  # another xdist layout: its own scheduler, in the default order
+        return None
 
     class NumbaFreeSecond(LoadFileScheduling):
         assigned = 0
