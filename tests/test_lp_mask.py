@@ -195,3 +195,30 @@ def test_a_logic_factor_left_without_variables_is_infeasible_and_flagged():
         (solution,) = lp_sparsemap_batch(graph, np.zeros((1, 3)), mask=[[0, 0, 1]])
     assert not solution.converged
     assert [w.category for w in caught] == [LPSparseMAPConvergenceWarning]
+
+
+def test_float32_taggers_of_20_to_50_words_padded_to_50_equal_their_own_graphs():
+    """The sizes users train at, in float32 through the op: values and gradients equal the
+    float64 solves of each example's own graph to float32 rounding."""
+    n, labels = 50, LABELS
+    graph = tagger(n)
+    rng = np.random.default_rng(6)
+    lengths = rng.integers(20, n + 1, size=8)
+    mask = tagger_mask(n, lengths)
+    eta_u = rng.normal(size=(8, graph.num_variables)).astype("float32")
+    eta_v = rng.normal(size=(8, graph.v_size)).astype("float32")
+    weights = rng.normal(size=(8, graph.num_variables)).astype("float32")
+    scores = tf.Variable(eta_u)
+    with tf.GradientTape() as tape:
+        u, _, info = ks.lp_sparsemap(graph, scores, eta_v, mask=mask, return_info=True)
+        total = tf.reduce_sum(u * weights)
+    grad = tape.gradient(total, scores).numpy()
+    assert info["converged"].numpy().all()
+    for b, length in enumerate(lengths):
+        present = length * labels
+        scores_v = tagger_scores_of(graph, eta_v[b].astype(np.float64), length)
+        reference = lp_sparsemap(tagger(length), eta_u[b, :present].astype(np.float64), scores_v)
+        np.testing.assert_allclose(u.numpy()[b, :present], reference.u, rtol=0, atol=1e-6)
+        expected = reference.vjp(weights[b, :present].astype(np.float64))[0]
+        np.testing.assert_allclose(grad[b, :present], expected, rtol=0, atol=1e-5)
+        assert not u.numpy()[b, present:].any() and not grad[b, present:].any()
