@@ -53,6 +53,7 @@ def pytest_collection_modifyitems(config, items):
 NUMBA_FREE_MODULE = "tests/test_projections.py"
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: unknown, and unused, without it
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` as usual, except for :data:`NUMBA_FREE_MODULE`'s place (only the
     order in which workers receive the modules changes)."""
