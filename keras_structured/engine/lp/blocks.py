@@ -91,7 +91,7 @@ class StructureBlock:
 def solve_structure_blocks(
     blocks: list[StructureBlock], a, s, tol: float, max_calls: int, exact: bool = False, lengths=None
 ):
-    """:meth:`StructureBlock.solve` of blocks of one factor (one per example), side by side.
+    """The ADMM subproblems of one structure factor for a batch of examples (a block each), side by side.
 
     Each block's solve starts from its last active set and weights (the first from the
     MAP structure). With a compiled oracle, the compiled kernel solves the examples, on
