@@ -34,7 +34,7 @@ from keras_structured.engine.lp import FactorGraph, LPSparseMAPOptions
 from keras_structured.losses.per_example import PerExampleLoss, per_example_sum
 from keras_structured.ops import host_call
 from keras_structured.ops.dtypes import compute_dtype
-from keras_structured.ops.lp_sparsemap_host import LP_GOLD, LP_SPARSEMAP
+from keras_structured.ops.lp_sparsemap_host import ABSENT_GOLD, LP_GOLD, LP_SPARSEMAP
 from keras_structured.ops.lp_sparsemap_op import (
     SOLVER_SETTINGS,
     check_graph,
@@ -89,7 +89,7 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
     _, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
     gold_u = ops.cast(gold_u, eta_u.dtype)
     (gold_v,) = host_call.call(LP_GOLD, gold_u, graph=graph)
-    present = ops.not_equal(gold_u, -1.0)
+    present = ops.not_equal(gold_u, ABSENT_GOLD)
     gold_u = ops.where(present, gold_u, 0.0)
     u, v, *_ = host_call.values(LP_SPARSEMAP, eta_u, eta_v, present, graph=graph, options=options)
     loss = (

@@ -43,6 +43,9 @@ from keras_structured.ops.invalid_inputs import raising_invalid_scores
 #: The solutions of the forward calls, kept for their backward calls: a list per batch.
 SOLUTIONS = host_call.HandleStore()
 
+#: The gold value of the variables an example lacks (the loss's padding).
+ABSENT_GOLD = -1.0
+
 #: The info arrays that follow ``(u, v)``: name, numpy dtype.
 INFO = (("converged", np.dtype(bool)), ("iterations", np.dtype(np.int32)), ("map_calls", np.dtype(np.int32)))
 
@@ -140,7 +143,7 @@ def vjp(eta_u, eta_v, mask, handles, g_u, g_v, *, graph: FactorGraph, options: L
 
 def gold(gold_u, *, graph: FactorGraph) -> tuple:
     """``(gold_v,)``: the flat additional parts ``(*leading, v_size)`` of gold variables
-    ``gold_u`` (zeros and ones; -1 for the variables an example lacks, see
+    ``gold_u`` (zeros and ones; :data:`ABSENT_GOLD` for the variables an example lacks, see
     :func:`~keras_structured.losses.lp_sparsemap_loss`), in their dtype
     (:meth:`~keras_structured.engine.lp.FactorGraph.additional_parts`).
 
@@ -164,7 +167,7 @@ def _gold_parts(gold_u, graph: FactorGraph) -> np.ndarray:
     flat = np.reshape(gold_u, (math.prod(leading), graph.num_variables))
     parts = np.zeros((flat.shape[0], graph.v_size))
     for example, u in enumerate(flat):
-        present = u != -1
+        present = u != ABSENT_GOLD
         try:
             parts[example] = _flat(graph.additional_parts(u * present, None if present.all() else present))
         except ValueError as error:
