@@ -10,6 +10,7 @@ active set's public warm restart.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -338,24 +339,50 @@ def test_structure_factors_agree_on_the_compiled_and_the_python_paths():
 
 
 def test_examples_unpolished_at_tol_iterate_further_and_are_polished_exactly(monkeypatch):
-    """At tol=1e-6 the faces read on one of these 32 trees of 30 words with a budget of 2
-    root arcs give the polish an infeasible point; iterating on at tol/10 polishes it, to
-    the solution of a 1000 times tighter solve, with a Jacobian matching finite differences."""
-    graph = tree_budget(30, 2)
+    """At tol=1e-6 the faces read on some of these 32 trees of 50 words with a budget of 2
+    root arcs give the polish an infeasible point (4 or 5 of them on the machines seen; which
+    ones depends on the machine's rounding); iterating on at tol/10 polishes each, to the
+    solution of a 1000 times tighter solve, with a Jacobian matching finite differences."""
+    graph = tree_budget(50, 2)
     rng = np.random.default_rng(0)
     eta_u, eta_v = rng.standard_normal((32, graph.num_variables)), np.zeros((32, 0))
     solutions = lp_sparsemap_batch(graph, eta_u, eta_v)
     assert all(s.converged and s.polished for s in solutions)
     with monkeypatch.context() as patch:
         patch.setattr(lp_batch, "POLISH_RETRIES", 0)
-        unpolished = [b for b, s in enumerate(lp_sparsemap_batch(graph, eta_u, eta_v)) if not s.polished]
-    assert unpolished == [7]
+        first = lp_sparsemap_batch(graph, eta_u, eta_v)
+    unpolished = [b for b, s in enumerate(first) if not s.polished]
+    assert unpolished, "no example needed a retry: the test no longer reaches the retry"
+    for b in unpolished:
+        tight = lp_sparsemap(graph, eta_u[b], options=LPSparseMAPOptions(tol=1e-9))
+        assert solutions[b].iterations > first[b].iterations
+        np.testing.assert_allclose(solutions[b].u, tight.u, rtol=0, atol=1e-9)
     b = unpolished[0]
-    tight = lp_sparsemap(graph, eta_u[b], options=LPSparseMAPOptions(tol=1e-9))
-    unpolished_run = lp_sparsemap(graph, eta_u[b], options=LPSparseMAPOptions(polish=False))
-    assert solutions[b].iterations > unpolished_run.iterations
-    np.testing.assert_allclose(solutions[b].u, tight.u, rtol=0, atol=1e-9)
     g_u, d_u = rng.standard_normal((2, graph.num_variables))
     no_v = [np.zeros(0)] * 2
     expected = _directional_difference(graph, eta_u[b], no_v, g_u, no_v, d_u, no_v)
     assert solutions[b].vjp(g_u)[0] @ d_u == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_failed_polish_is_retried_at_a_tenth_of_the_tolerance(monkeypatch):
+    """Whatever the machine's rounding: an example whose first polish fails (forced here)
+    iterates on at tol/10 and is polished, to its solution; the other examples are not
+    touched again."""
+    graph = tree_budget(8, 2)
+    rng = np.random.default_rng(1)
+    eta_u, eta_v = rng.standard_normal((4, graph.num_variables)), np.zeros((4, 0))
+    expected = lp_sparsemap_batch(graph, eta_u, eta_v)
+    real_finish, calls = lp_batch.admm.finish, []
+
+    def finish_failing_once(*args, **kwargs):
+        solution = real_finish(*args, **kwargs)
+        calls.append(kwargs["iterations"])
+        return dataclasses.replace(solution, polished=False) if len(calls) == 3 else solution
+
+    monkeypatch.setattr(lp_batch.admm, "finish", finish_failing_once)
+    solutions = lp_sparsemap_batch(graph, eta_u, eta_v)
+    assert len(calls) == 5 and calls[4] > calls[2]  # four examples, then example 2 once more
+    for solution, reference in zip(solutions, expected, strict=True):
+        assert solution.converged and solution.polished
+        np.testing.assert_allclose(solution.u, reference.u, rtol=0, atol=1e-9)
+    assert solutions[2].iterations > expected[2].iterations

@@ -22,11 +22,11 @@ faces, polish; :func:`~keras_structured.engine.lp.admm.finish`).
 
 The polish reads the faces at the last iterate, within ``tol`` of the solution: a vertex
 whose weight vanishes at the solution can still be active there, or a logic inequality
-not yet tight, and the QP on those faces then has an infeasible solution (1 in 32 sequences
-of 30 words with Pair factors, 4 in 32 trees of 50 words with a budget, at ``tol=1e-6``).
-Such examples go on iterating at a tolerance ten times smaller and are polished again, up
-to ``POLISH_RETRIES`` times (one retry polished all of those). ``converged`` stays the flag
-of ``tol``.
+not yet tight, and the QP on those faces then has an infeasible solution (at ``tol=1e-6``,
+about 1 in 32 sequences of 30 words with Pair factors and 4 or 5 in 32 trees of 50 words with
+a budget; which examples depends on the machine's rounding). Such examples go on iterating
+at a tolerance ten times smaller and are polished again, up to ``POLISH_RETRIES`` times (one
+retry polished all of those). ``converged`` stays the flag of ``tol``.
 """
 
 from __future__ import annotations
