@@ -133,7 +133,9 @@ def test_data_parallel_over_two_devices_equals_one_device(one_process):
     assert one["losses"][-1] < one["losses"][0], one["losses"]
     assert not np.allclose(one["final/0"], one["initial/0"])  # the steps moved the weights
     _assert_same_weights(two, one)
-    np.testing.assert_allclose(two["losses"], one["losses"], rtol=WEIGHT_TOL)
+    # The epoch losses fall from about 1.5 to 1e-3: an absolute tolerance besides the relative
+    # one, as for the weights, since the devices sum in another order (4e-8 apart seen at 7e-4).
+    np.testing.assert_allclose(two["losses"], one["losses"], rtol=WEIGHT_TOL, atol=WEIGHT_TOL)
 
 
 @pytest.mark.slow
