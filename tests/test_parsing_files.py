@@ -18,8 +18,10 @@ from keras_structured.applications.parsing.__main__ import main
 from keras_structured.applications.parsing.conllu_files import read_document, read_text
 from keras_structured.applications.parsing.conllu_reader import read_conllu, tree_problems
 from tests.cli_runs import sample_treebank
+from tests.shared_data import SHARED_DATA, requires_shared
 
 TRICKY = pathlib.Path(__file__).parent / "data" / "tricky.conllu"
+EN_EWT_TEST = ("ud", "en_ewt-2.16", "en_ewt-ud-test.conllu")
 # A sentence without heads or relations, with a tag and words that no training sentence has,
 # then a block of comments alone: appended to the tricky file (comments, a multiword token, an
 # empty node), it makes a file whose every kind of line must come back.
@@ -69,6 +71,39 @@ def _is_word_line(columns: list[str]) -> bool:
     return len(columns) == 10 and re.fullmatch(r"[1-9][0-9]*", columns[0]) is not None
 
 
+def _assert_only_head_and_deprel_written(source: pathlib.Path, output: pathlib.Path) -> None:
+    """``output`` is ``source`` line for line but for the HEAD and DEPREL of every word line,
+    which hold a head index and a relation (a labelled run's); comments, multiword ranges,
+    empty nodes and blank lines are copied."""
+    before, after = source.read_text().split("\n"), output.read_text().split("\n")
+    assert len(after) == len(before)
+    for old, new in zip(before, after, strict=True):
+        old_columns, new_columns = old.split("\t"), new.split("\t")
+        if _is_word_line(old_columns):
+            assert new_columns[:6] + new_columns[8:] == old_columns[:6] + old_columns[8:]
+            assert new_columns[6].isdigit() and new_columns[7] != "_"
+        else:
+            assert new == old
+
+
+def _independent_scores(gold: pathlib.Path, predicted: pathlib.Path) -> tuple[int, float, float]:
+    """Words, UAS and LAS (%) of a predicted file against its gold file, counted here from their
+    HEAD and DEPREL columns line by line, independently of the parser's reader: every word line
+    (not multiword ranges or empty nodes), relations without their subtypes, as the CoNLL 2018
+    evaluation script compares them."""
+    heads = relations = words = 0
+    for gold_line, predicted_line in zip(
+        gold.read_text().split("\n"), predicted.read_text().split("\n"), strict=True
+    ):
+        gold_columns, predicted_columns = gold_line.split("\t"), predicted_line.split("\t")
+        if _is_word_line(gold_columns):
+            words += 1
+            heads += gold_columns[6] == predicted_columns[6]
+            same_relation = gold_columns[7].split(":")[0] == predicted_columns[7].split(":")[0]
+            relations += gold_columns[6] == predicted_columns[6] and same_relation
+    return words, 100 * heads / words, 100 * relations / words
+
+
 def test_parse_input_rewrites_only_head_and_deprel(run, tmp_path, capsys):
     source = tmp_path / "mixed.conllu"
     source.write_text(TRICKY.read_text() + "\n" + UNSEEN)
@@ -77,15 +112,8 @@ def test_parse_input_rewrites_only_head_and_deprel(run, tmp_path, capsys):
     argv = ["parse", "--logdir", str(run), "--input", str(source), "--output", str(output)]
     main([*argv, "--trees", str(trees), "--json"])
     summary = _last_json(capsys.readouterr().out)
-    before, after = source.read_text().split("\n"), output.read_text().split("\n")
-    assert len(after) == len(before)
-    for old, new in zip(before, after, strict=True):
-        old_columns, new_columns = old.split("\t"), new.split("\t")
-        if _is_word_line(old_columns):
-            assert new_columns[:6] + new_columns[8:] == old_columns[:6] + old_columns[8:]
-            assert new_columns[6].isdigit() and new_columns[7] != "_"  # a labelled run's relation
-        else:  # comments, the multiword token, the empty node, blank lines
-            assert new == old
+    _assert_only_head_and_deprel_written(source, output)
+    before = source.read_text().split("\n")
     # The output is a treebank: a tree in every sentence, the words of the input.
     parsed = read_conllu(output)
     assert [s.words for s in parsed] == [s.words for s in read_document(source).sentences]
@@ -143,27 +171,38 @@ def test_evaluate_input_is_an_independent_count_and_evaluate_split(run, treebank
     from_input = _last_json(capsys.readouterr().out)
     assert sorted(path.name for path in run.iterdir()) == run_files  # nothing written into the run
     assert json.loads(written.read_text()) == from_input and from_input["input"] == str(gold)
-    # An independent scorer: the HEAD and DEPREL columns of the gold and predicted files (relations
-    # without their subtypes, as the CoNLL 2018 evaluation script compares them).
-    heads = relations = words = 0
-    for gold_line, predicted_line in zip(
-        gold.read_text().split("\n"), predicted.read_text().split("\n"), strict=True
-    ):
-        gold_columns, predicted_columns = gold_line.split("\t"), predicted_line.split("\t")
-        if _is_word_line(gold_columns):
-            words += 1
-            heads += gold_columns[6] == predicted_columns[6]
-            same_relation = gold_columns[7].split(":")[0] == predicted_columns[7].split(":")[0]
-            relations += gold_columns[6] == predicted_columns[6] and same_relation
+    words, uas, las = _independent_scores(gold, predicted)
     assert from_input["tokens"] == words and from_input["sentences"] == 6
-    assert from_input["uas"] == pytest.approx(100 * heads / words, abs=0.01)
-    assert from_input["las"] == pytest.approx(100 * relations / words, abs=0.01)
+    assert from_input["uas"] == pytest.approx(uas, abs=0.01)
+    assert from_input["las"] == pytest.approx(las, abs=0.01)
     # The same file as the run's dev split: the same scores.
     main(["evaluate", "--logdir", str(run), "--split", "dev"])
     assert re.match(r"dev: UAS [\d.]+ \([\d.]+ without punctuation\), LAS [\d.]+ \(", capsys.readouterr().out)
     from_split = json.loads((run / "eval_dev.json").read_text())
     assert from_split.pop("split") == "dev" and from_input.pop("input") == str(gold)
     assert from_split == from_input
+
+
+@pytest.mark.slow
+@requires_shared(*EN_EWT_TEST)
+def test_the_en_ewt_test_file_round_trips_and_scores_as_an_independent_count(run, tmp_path, capsys):
+    """The issue's acceptance on a real file: the en_ewt 2.16 test set (2,077 sentences with
+    comments, multiword tokens and empty nodes; a release newer than the run's data) comes back
+    line for line, labelled, and ``evaluate --input`` equals the independent count to 0.01."""
+    gold = SHARED_DATA.joinpath(*EN_EWT_TEST)
+    predicted = tmp_path / "test.pred.conllu"
+    capsys.readouterr()
+    main(["parse", "--logdir", str(run), "--input", str(gold), "--output", str(predicted), "--json"])
+    summary = _last_json(capsys.readouterr().out)
+    _assert_only_head_and_deprel_written(gold, predicted)
+    sentences = read_document(gold).sentences
+    assert [s.words for s in read_conllu(predicted)] == [s.words for s in sentences]
+    assert summary["sentences"] == len(sentences) == 2077
+    main(["evaluate", "--logdir", str(run), "--input", str(gold), "--json"])
+    scores = _last_json(capsys.readouterr().out)
+    words, uas, las = _independent_scores(gold, predicted)
+    assert scores["tokens"] == summary["words"] == words
+    assert scores["uas"] == pytest.approx(uas, abs=0.01) and scores["las"] == pytest.approx(las, abs=0.01)
 
 
 def test_documents_keep_every_line_and_text_becomes_conllu(tmp_path):
