@@ -418,8 +418,10 @@ def test_the_committed_benchmark_configurations_load_with_their_old_behaviour():
     paths = sorted(BENCHMARK_RUNS.glob("*/*/lr*/seed*/config.json"))
     assert paths
     defaults = ParserConfig(treebank="t")
-    for path in paths:
-        stored = json.loads(path.read_text())
-        assert not set(NEW_FIELDS) & set(stored)
+    stored_configs = [json.loads(path.read_text()) for path in paths]
+    # Most were written before these settings existed; runs added to the suite since (its third
+    # seed) record them, with the values that keep the suite's configuration.
+    assert any(not set(NEW_FIELDS) & set(stored) for stored in stored_configs)
+    for stored in stored_configs:
         config = ParserConfig(**stored)
         assert all(getattr(config, name) == getattr(defaults, name) for name in NEW_FIELDS)
