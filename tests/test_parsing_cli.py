@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keras_structured.applications.parsing.__main__ import main
+from keras_structured.progress_log import ProgressLogError
 from tests.cli_runs import main_in_new_process, read_progress, sample_treebank, train_in_parts
 
 
@@ -147,6 +148,37 @@ def test_runs_are_never_mixed(decay_run, treebank, tmp_path):
         main(_arguments(treebank, tmp_path / "empty", "--resume"))
     with pytest.raises(FileNotFoundError, match="missing"):
         main(_arguments(tmp_path / "missing", tmp_path / "other"))
+
+
+def _run_files(logdir) -> dict:
+    """Every file of a run (its lock file aside) and its bytes, by path."""
+    files = [path for path in logdir.rglob("*") if path.is_file() and path.name != ".lock"]
+    return {path.relative_to(logdir): path.read_bytes() for path in files}
+
+
+def test_a_failed_resume_leaves_a_finished_run_as_it_was(decay_run, treebank, tmp_path):
+    """A larger budget on --resume extends a finished run only once it has resumed: a resume that
+    fails first, on a treebank gone missing or a progress.csv that lost rows, changes no file (the
+    run stays finished), and the run then extends once its treebank is back."""
+    logdir = tmp_path / "run"
+    shutil.copytree(decay_run, logdir)
+    config = json.loads((logdir / "config.json").read_text())
+    moved = tmp_path / "moved"
+    (logdir / "config.json").write_text(json.dumps({**config, "treebank": str(moved)}))
+    rows = (logdir / "progress.csv").read_text()
+    longer = [*DECAY, "--resume", "--epochs", "4"]
+    for damage, error in (("treebank", FileNotFoundError), ("progress.csv", ProgressLogError)):
+        if damage == "progress.csv":
+            shutil.copytree(treebank, moved)
+            (logdir / "progress.csv").write_text("".join(rows.splitlines(keepends=True)[:2]))
+        before = _run_files(logdir)
+        with pytest.raises(error):
+            main(_arguments(moved, logdir, *longer))
+        assert _run_files(logdir) == before
+    (logdir / "progress.csv").write_text(rows)
+    main(_arguments(moved, logdir, *longer))
+    assert json.loads((logdir / "config.json").read_text())["epochs"] == 4
+    assert json.loads((logdir / "final.json").read_text())["epochs_run"] == 4
 
 
 @pytest.mark.slow  # 7.5 s

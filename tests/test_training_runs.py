@@ -40,15 +40,24 @@ def test_early_stopping_waits_for_min_epochs(epoch, bad_epochs, expected):
     assert finished(settings, {"epoch": epoch, "bad_epochs": bad_epochs}) is expected
 
 
-def test_a_larger_budget_extends_a_finished_run(tmp_path):
+def test_a_larger_budget_extends_a_finished_run_once_it_has_resumed(tmp_path):
+    import keras
+
     settings = Settings(epochs=2)
     _finished_run(tmp_path, settings)
     longer = dataclasses.replace(settings, epochs=4, patience=6)
     assert check_logdir(tmp_path, longer, resume=True)["epoch"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["epochs"] == 2  # nothing written yet
+    assert (tmp_path / "final.json").exists() and not finished(longer, {"epoch": 2, "bad_epochs": 0})
+    with pytest.raises(ValueError, match=r"'patience': \(5, 4\)"):
+        check_logdir(tmp_path, dataclasses.replace(longer, patience=4), resume=True)
+    (tmp_path / "vocabulary.json").write_text("{}")
+    keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]).save(tmp_path / "checkpoint" / "model.keras")
+    (tmp_path / "progress.csv").write_text("epoch,loss\n1,0.5\n2,0.4\n")
+    with TrainingRun(longer, tmp_path, ("epoch", "loss"), "accuracy", resume=True, quiet=True) as run:
+        run.restore(_Vocabulary)
     assert json.loads((tmp_path / "config.json").read_text())["epochs"] == 4
-    assert not (tmp_path / "final.json").exists() and not finished(longer, {"epoch": 2, "bad_epochs": 0})
-    with pytest.raises(ValueError, match=r"'patience': \(6, 5\)"):
-        check_logdir(tmp_path, dataclasses.replace(longer, patience=5), resume=True)
+    assert not (tmp_path / "final.json").exists()
 
 
 def test_runs_are_never_mixed(tmp_path):

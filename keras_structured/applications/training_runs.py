@@ -24,10 +24,12 @@ The rules:
 - a new run refuses a directory that holds any of :data:`RUN_FILES` (other files, such
   as a runner's logs, may sit beside them);
 - a resumed run keeps its settings, except that a larger training budget
-  (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is rewritten and
-  ``final.json`` removed until the extended run ends; rows of epochs after the checkpoint
-  (written before a crash) are dropped, and the TensorBoard events rewritten from the rows kept
-  (a log that lost rows of the checkpoint's epochs is refused);
+  (:data:`BUDGET_FIELDS`) extends it, finished or not: once the run has resumed,
+  ``config.json`` is rewritten and ``final.json`` removed until the extended run ends (a
+  resume that fails before, on a damaged log or missing data, leaves the run as it was); rows
+  of epochs after the checkpoint (written before a crash) are dropped, and the TensorBoard
+  events rewritten from the rows kept (a log that lost rows of the checkpoint's epochs is
+  refused);
 - a run whose first epoch never finished (``config.json`` but no checkpoint: that epoch failed
   or was killed) is *incomplete*: ``--resume`` with its settings starts it again from epoch 1
   (its ``config.json`` kept, its other files cleared), and a new run refuses the directory;
@@ -187,16 +189,13 @@ def _missing_checkpoint(logdir: pathlib.Path) -> FileNotFoundError:
 
 def _check_resumed_settings(logdir: pathlib.Path, config: Any) -> None:
     """Refuse settings other than the stored ones, except a larger budget, which extends the
-    run (``config.json`` rewritten, ``final.json`` removed)."""
-    changed = check_resumed_settings(
+    run once it has resumed (:meth:`TrainingRun.restore`)."""
+    check_resumed_settings(
         dataclasses.asdict(_read_config(logdir, type(config))),
         dataclasses.asdict(config),
         may_grow=BUDGET_FIELDS,
         advice=f"Start a new run in another logdir to change them (logdir={str(logdir)!r}).",
     )
-    if changed:
-        write_json(logdir / "config.json", dataclasses.asdict(config))
-        (logdir / "final.json").unlink(missing_ok=True)
 
 
 def _clear_incomplete_run(logdir: pathlib.Path) -> None:
@@ -211,10 +210,13 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
     """The loop state to resume from (None: a fresh start), after refusing to mix runs.
 
     A resumed run keeps its settings, except that a larger training budget
-    (:data:`BUDGET_FIELDS`) extends it, finished or not: ``config.json`` is updated and
-    ``final.json`` removed until the extended run ends. An incomplete run (``config.json``
+    (:data:`BUDGET_FIELDS`) extends it, finished or not. An incomplete run (``config.json``
     but no checkpoint: its first epoch failed or was killed) resumed with its settings starts
-    again from epoch 1: its files other than ``config.json`` are cleared and None returned.
+    again from epoch 1: None is returned. Nothing is written here: :class:`TrainingRun`
+    records a larger budget (``config.json`` rewritten, ``final.json`` removed) once the run
+    has resumed, and clears an incomplete run's files other than ``config.json`` when it
+    starts again, so that a resume that fails before (a damaged ``progress.csv``, a missing
+    dataset) leaves the run as it was.
 
     Args:
         logdir: the run directory.
@@ -239,7 +241,6 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
             raise _missing_checkpoint(logdir)
         _check_resumed_settings(logdir, config)
         if incomplete:
-            _clear_incomplete_run(logdir)
             return None
         return json.loads(state_path.read_text())
     held = [name for name in RUN_FILES if (logdir / name).exists()]
@@ -339,6 +340,7 @@ class TrainingRun:
             self.close()
             raise
         self.resumed = self.state is not None
+        self._restarted = resume and not self.resumed  # an incomplete run, started again
         self._columns = tuple(progress_columns)
         self._best = f"best_{score}"
         self._quiet = quiet
@@ -369,9 +371,14 @@ class TrainingRun:
     def start(self, **state) -> None:
         """A new run's loop state (epoch 0, no best score yet) and ``progress.csv`` header.
 
+        An incomplete run resumed to start again first loses its files other than its
+        settings (:data:`INCOMPLETE_RUN_FILES` and the TensorBoard events).
+
         Args:
             **state: more entries of the loop state, after the shared ones.
         """
+        if self._restarted:
+            _clear_incomplete_run(self.logdir)
         self.state = {
             "epoch": 0,
             self._best: -1.0,
@@ -387,7 +394,9 @@ class TrainingRun:
 
         Rows of ``progress.csv`` for epochs after the checkpoint are dropped, and the
         TensorBoard events are rewritten from the rows kept
-        (:class:`~keras_structured.progress_log.ProgressLog`).
+        (:class:`~keras_structured.progress_log.ProgressLog`). Then, and only then, a larger
+        budget given on resuming is recorded: ``config.json`` rewritten, ``final.json``
+        removed until the extended run ends.
 
         Args:
             vocabulary_class: the class whose ``from_config`` reads ``vocabulary.json``.
@@ -402,6 +411,10 @@ class TrainingRun:
         vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
         model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
         self._log = ProgressLog(self.logdir, self._columns, resume_step=self.state["epoch"])
+        settings = dataclasses.asdict(self.config)
+        if dataclasses.asdict(_read_config(self.logdir, type(self.config))) != settings:
+            write_json(self.logdir / "config.json", settings)
+            (self.logdir / "final.json").unlink(missing_ok=True)
         return model, vocabulary
 
     def epochs(self) -> Iterator[int]:

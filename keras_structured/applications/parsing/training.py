@@ -464,10 +464,10 @@ def _train(run: TrainingRun, config: ParserConfig, quiet: bool) -> dict:
     if run.resumed:  # without the epochs after the checkpoint (written before a crash)
         lines = sparsity_log.read_text().splitlines()
         sparsity_lines = [line for line in lines if json.loads(line)["epoch"] <= run.state["epoch"]]
-    _write_lines(sparsity_log, sparsity_lines)  # first: a planted symlink is refused before any write
-    if run.resumed:
-        model, vocabulary = run.restore(Vocabulary)
+        model, vocabulary = run.restore(Vocabulary)  # the first write: a failed resume changes nothing
+        _write_lines(sparsity_log, sparsity_lines)
     else:
+        _write_lines(sparsity_log, sparsity_lines)  # first: a planted symlink is refused before any write
         keras.utils.set_random_seed(config.seed)
         vocabulary = Vocabulary.from_sentences(
             train_sentences,
