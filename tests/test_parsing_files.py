@@ -17,7 +17,7 @@ import pytest
 from keras_structured.applications.parsing.__main__ import main
 from keras_structured.applications.parsing.conllu_files import read_document, read_text
 from keras_structured.applications.parsing.conllu_reader import read_conllu, tree_problems
-from tests.cli_runs import sample_treebank
+from tests.cli_runs import SAMPLE_CONLLU, sample_treebank
 from tests.shared_data import SHARED_DATA, requires_shared
 
 TRICKY = pathlib.Path(__file__).parent / "data" / "tricky.conllu"
@@ -181,6 +181,33 @@ def test_evaluate_input_is_an_independent_count_and_evaluate_split(run, treebank
     from_split = json.loads((run / "eval_dev.json").read_text())
     assert from_split.pop("split") == "dev" and from_input.pop("input") == str(gold)
     assert from_split == from_input
+
+
+def _without_relations(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+    """``source`` with the DEPREL of every word line ``_`` (unspecified), written to ``target``."""
+    lines = [line.split("\t") for line in source.read_text().split("\n")]
+    target.write_text("\n".join("\t".join([*c[:7], "_", *c[8:]] if _is_word_line(c) else c) for c in lines))
+    return target
+
+
+def test_the_las_against_gold_without_relations_is_not_available(run, treebank, tmp_path, capsys):
+    """A gold file whose DEPREL is ``_`` gives no LAS (not 0): ``evaluate --input`` says so, and a
+    labelled run refuses to train on such a treebank."""
+    gold = _without_relations(treebank / "en_sample-ud-dev.conllu", tmp_path / "no_relations.conllu")
+    capsys.readouterr()
+    main(["evaluate", "--logdir", str(run), "--input", str(gold), "--json"])
+    result = _last_json(capsys.readouterr().out)
+    assert result["las"] is None and result["las_no_punct"] is None and 0 <= result["uas"] <= 100
+    assert result["las_unavailable"] == f"{result['tokens']} of {result['tokens']} gold words have no " + (
+        "relation (DEPREL '_')"
+    )
+    main(["evaluate", "--logdir", str(run), "--input", str(gold)])
+    assert f"LAS not available ({result['las_unavailable']})" in capsys.readouterr().out
+    unlabelled = sample_treebank(tmp_path / "unlabelled")
+    _without_relations(SAMPLE_CONLLU, unlabelled / "en_sample-ud-train.conllu")
+    with pytest.raises(ValueError, match=r"--labels needs the relation \(DEPREL\).*the train split"):
+        _train(unlabelled, tmp_path / "refused", "--labels")
+    assert not (tmp_path / "refused" / "config.json").exists()
 
 
 @pytest.mark.slow

@@ -165,8 +165,9 @@ def _parser() -> argparse.ArgumentParser:
         help="UAS (LAS for a labelled run) and SparseMAP sparsity of a run's best model",
         description="Score a run's best model on a split of its treebank (--split, written to the run's "
         "eval_{split}.json) or on any CoNLL-U file with gold trees (--input, nothing written into the run): "
-        "UAS, and LAS for a run that predicts relations, over all words and without punctuation (UPOS "
-        "PUNCT), the mean number of trees SparseMAP puts weight on and the share of sentences with one.",
+        "UAS, and LAS for a run that predicts relations (not available against gold relations '_'), over "
+        "all words and without punctuation (UPOS PUNCT), the mean number of trees SparseMAP puts weight on "
+        "and the share of sentences with one.",
     )
     evaluate.add_argument("--logdir", required=True)
     gold = evaluate.add_mutually_exclusive_group()
@@ -291,6 +292,8 @@ def _evaluate(args) -> None:
     labelled = ""
     if result.get("las") is not None:
         labelled = f", LAS {result['las']:.2f} ({result['las_no_punct']:.2f} without punctuation)"
+    elif "las_unavailable" in result:
+        labelled = f", LAS not available ({result['las_unavailable']})"
     print(
         f"{name}: UAS {result['uas']:.2f} ({result['uas_no_punct']:.2f} without punctuation){labelled} over "
         f"{result['sentences']} sentences; {result['mean_trees']:.2f} trees per sentence, "

@@ -38,7 +38,15 @@ import numpy as np
 
 from keras_structured.validation import check_bool, read_utf8
 
-__all__ = ["SPLITS", "TAG_COLUMNS", "Sentence", "read_conllu", "tree_problems", "treebank_paths"]
+__all__ = [
+    "SPLITS",
+    "TAG_COLUMNS",
+    "UNSPECIFIED",
+    "Sentence",
+    "read_conllu",
+    "tree_problems",
+    "treebank_paths",
+]
 
 #: The three splits of a UD treebank, in the order of the file names' suffixes.
 SPLITS = ("train", "dev", "test")
@@ -53,6 +61,8 @@ _HEAD_VALUE = re.compile(r"0|[1-9][0-9]*")
 #: The tag columns a parser can embed: universal (UPOS, :attr:`Sentence.tags`) or the
 #: treebank's own (XPOS, :attr:`Sentence.xpos`).
 TAG_COLUMNS = ("upos", "xpos", "none")  # "none": no tags, a parser of the words alone
+#: The value of a CoNLL-U column that the file leaves unspecified (a DEPREL ``_``: no relation).
+UNSPECIFIED = "_"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -36,6 +36,7 @@ import numpy as np
 from keras_structured.applications.parsing.batching import make_dataset
 from keras_structured.applications.parsing.conllu_reader import (
     TAG_COLUMNS,
+    UNSPECIFIED,
     Sentence,
     read_conllu,
     treebank_paths,
@@ -58,10 +59,11 @@ from keras_structured.applications.training_runs import (
     epoch_seed,
     load_best,
     reseed_dropout,
+    save_evaluation,
 )
 from keras_structured.engine import DependencyTreeStructure, SparseMAPConvergenceWarning, solve
 from keras_structured.engine.dependency_tree import best_trees
-from keras_structured.run_directory import write_json, write_text
+from keras_structured.run_directory import write_text
 from keras_structured.validation import check_bool, check_integer, check_number, check_one_of
 
 #: MAP calls SparseMAP may make per sentence when the parser's predictions are inspected (the
@@ -357,16 +359,26 @@ def evaluate_scores(
     """UAS of the MAP trees and the SparseMAP sparsity of ``scores`` on ``sentences`` (the
     sparsity on the first ``sparsity_sentences`` of them; None: all); with the predicted
     ``relations`` of a labelled parser, the LAS too (``las`` and ``las_no_punct``,
-    :func:`~keras_structured.applications.parsing.evaluation.attachment_scores`). ``heads``
-    are the MAP trees of ``scores`` when already decoded (None: decoded here)."""
+    :func:`~keras_structured.applications.parsing.evaluation.attachment_scores`), unless a
+    gold word's relation is unspecified (DEPREL ``_``): the LAS is then not available,
+    ``las`` and ``las_no_punct`` are None and ``las_unavailable`` says why. ``heads`` are the
+    MAP trees of ``scores`` when already decoded (None: decoded here)."""
     predicted = decode(scores, single_root) if heads is None else heads
+    unspecified = 0 if relations is None else sum(r == UNSPECIFIED for s in sentences for r in s.relations)
+    labelled = relations is not None and not unspecified
     result = attachment_scores(
         predicted,
         [s.heads for s in sentences],
         [s.tags for s in sentences],
-        predicted_relations=relations,
-        gold_relations=None if relations is None else [s.relations for s in sentences],
+        predicted_relations=relations if labelled else None,
+        gold_relations=[s.relations for s in sentences] if labelled else None,
     )
+    if unspecified:
+        result.update(
+            las=None,
+            las_no_punct=None,
+            las_unavailable=f"{unspecified} of {result['tokens']} gold words have no relation (DEPREL '_')",
+        )
     supports, converged = sparse_trees(scores[:sparsity_sentences], single_root)
     trees = [len(support) for support in supports]
     result.update(
@@ -442,6 +454,17 @@ def _training_sentences(config: ParserConfig) -> tuple[list[Sentence], int]:
     return kept, too_long
 
 
+def _check_relations(sentences: Sequence[Sentence], split: str) -> None:
+    """A labelled parser learns and scores the relations: refuse a split with one unspecified."""
+    unspecified = next((s for s in sentences if UNSPECIFIED in s.relations), None)
+    if unspecified is not None:
+        raise ValueError(
+            f"--labels needs the relation (DEPREL) of every word, and the {split} split leaves some "
+            f"unspecified: train without --labels, or on a treebank with relations. Received: DEPREL "
+            f"'{UNSPECIFIED}' in the sentence at {unspecified.location}"
+        )
+
+
 def _losses(config: ParserConfig) -> keras.losses.Loss | dict[str, keras.losses.Loss]:
     """The loss of the run's model: the tree loss, and for a labelled parser the relations'
     cross-entropy beside it (``model.fit`` minimises their sum)."""
@@ -460,6 +483,9 @@ def _train(run: TrainingRun, config: ParserConfig, quiet: bool) -> dict:
     """The work of :func:`train` in the opened ``run``."""
     train_sentences, too_long = _training_sentences(config)
     dev = _load_split(config, "dev")
+    if config.labels:
+        _check_relations(train_sentences, "train")
+        _check_relations(dev, "dev")
     sparsity_log, sparsity_lines = run.logdir / "sparsity_dev.jsonl", []
     if run.resumed:  # without the epochs after the checkpoint (written before a crash)
         lines = sparsity_log.read_text().splitlines()
@@ -633,12 +659,14 @@ def evaluate_sentences(
 def evaluate(logdir, split: str = "test") -> dict:
     """UAS (all words and without punctuation), LAS for a labelled parser, and SparseMAP
     sparsity of a run's best model on ``split`` (:func:`evaluate_sentences`); also written to
-    ``eval_{split}.json``. Every sentence is parsed, however long."""
+    ``eval_{split}.json`` unless the run directory is read-only
+    (:func:`~keras_structured.applications.training_runs.save_evaluation`). Every sentence is
+    parsed, however long."""
     logdir = pathlib.Path(logdir)
     model, vocabulary, config = load_run(logdir)
     result = evaluate_sentences(model, vocabulary, config, _load_split(config, split))
     result.update(split=split)
-    write_json(logdir / f"eval_{split}.json", result)
+    save_evaluation(logdir, split, result)
     return result
 
 
