@@ -81,15 +81,18 @@ def _logic_vertices(factor: LogicFactor) -> tuple[np.ndarray, np.ndarray]:
     return points[keep, :d], points[keep, d:]
 
 
-def _local_polytope(graph: FactorGraph, eta_u, eta_v):
+def _local_polytope(graph: FactorGraph, eta_u, eta_v, logic_vertices=None):
     """The QP over the local polytope: ``(c, hessian, a_eq, b_eq, a_in, b_in)`` in the unknowns
     ``(u, p_f or z_f)``: a structure factor's ``u[links] = M^T p``, ``p`` in the simplex; a
-    logic factor's ``A_x u[links] + A_z z <= b``."""
+    logic factor's ``A_x u[links] + A_z z <= b``, or, with ``logic_vertices`` (a function of
+    the factor giving its ``(M, N)``), its vertices as a structure factor's."""
     n = graph.num_variables
     blocks = []  # per factor: ("vertices", M, N) or ("logic", A_x, A_z, b, equality)
     for factor in graph.factors:
         if isinstance(factor, StructureFactor):
             blocks.append(("vertices", *_structure_vertices(factor)))
+        elif logic_vertices is not None:
+            blocks.append(("vertices", *logic_vertices(factor)))
         else:
             blocks.append(("logic", *factor.inequalities()))
     sizes = [block[1].shape[0] if block[0] == "vertices" else block[2].shape[1] for block in blocks]
@@ -138,11 +141,12 @@ def local_polytope_is_empty(graph: FactorGraph) -> bool:
     return result.status == 2
 
 
-def local_polytope_qp(graph: FactorGraph, eta_u, eta_v) -> tuple[np.ndarray, float]:
-    """LP-SparseMAP by a direct QP (:func:`_local_polytope`): ``(u, objective)``. SLSQP, then
-    the equality QP on its active set (for a few thresholds), kept when feasible and no worse."""
+def local_polytope_qp(graph: FactorGraph, eta_u, eta_v, logic_vertices=None) -> tuple[np.ndarray, float]:
+    """LP-SparseMAP by a direct QP (:func:`_local_polytope`, ``logic_vertices`` as there):
+    ``(u, objective)``. SLSQP, then the equality QP on its active set (for a few thresholds),
+    kept when feasible and no worse."""
     n = graph.num_variables
-    c, hessian, a_eq, b_eq, a_in, b_in = _local_polytope(graph, eta_u, eta_v)
+    c, hessian, a_eq, b_eq, a_in, b_in = _local_polytope(graph, eta_u, eta_v, logic_vertices)
     total = c.size
 
     def objective(y):

@@ -43,7 +43,7 @@ MAX_REFINEMENTS = 30
 
 
 class FaceSystem:
-    """The KKT system of the QP on fixed faces, factorised once.
+    """The KKT system of the QP on fixed faces.
 
     Args:
         links: per factor, its flat variable indices.
@@ -53,6 +53,7 @@ class FaceSystem:
 
     Attributes:
         sizes: per factor, the number of its unknowns (``p_f`` or ``z_f``).
+        regularized: ``K_delta`` (sparse, CSC); ``delta``: its regularisation.
         residual: the relative residual of the last :meth:`solve`.
     """
 
@@ -107,33 +108,48 @@ class FaceSystem:
         hessian = sp.diags(
             np.concatenate([np.ones(num_variables), np.zeros(self.num_primal - num_variables)])
         )
-        self.matrix = sp.bmat([[hessian, constraints.T], [constraints, None]], format="csc")
-        delta = REGULARIZATION * max(1.0, abs(constraints).max())
-        regularizer = sp.diags(np.concatenate([np.zeros(self.num_primal), np.full(self.num_dual, delta)]))
-        self._lu = splu((self.matrix - regularizer).tocsc())
+        matrix = sp.bmat([[hessian, constraints.T], [constraints, None]], format="csc")
+        # No constraint at all (logic factors none of whose inequalities is tight, e.g. an
+        # AtMostOne at (0.3, 0.2)): K is the identity on u, and delta is moot.
+        self.delta = REGULARIZATION * max(1.0, np.abs(constraints.data).max(initial=0.0))
+        regularizer = sp.diags(
+            np.concatenate([np.zeros(self.num_primal), np.full(self.num_dual, self.delta)])
+        )
+        # K_delta alone is kept: K x = K_delta x + delta [0; x_lambda].
+        self.regularized = (matrix - regularizer).tocsc()
         self.residual = 0.0
 
     @property
     def nbytes(self) -> int:
-        """The bytes held by the matrix, its factors and the faces (to bound caches of solutions)."""
-        matrix = self.matrix.data.nbytes + self.matrix.indices.nbytes + self.matrix.indptr.nbytes
-        factors = self._lu.nnz * (8 + 4)  # a float64 value and an int32 index per nonzero of L and U
-        arrays = [array for face in self.faces for array in face] + [self.dual_rhs]
-        return matrix + factors + sum(a.nbytes for a in arrays)
+        """The bytes of the arrays the system holds, ``K_delta``, the faces and the
+        right-hand side (to bound caches of solutions)."""
+        matrix = self.regularized
+        arrays = [matrix.data, matrix.indices, matrix.indptr, self.dual_rhs, self.absent]
+        return sum(array.nbytes for array in arrays + [array for face in self.faces for array in face])
 
     def solve(self, primal_rhs: np.ndarray, dual_rhs: np.ndarray) -> np.ndarray:
         """Solve ``K [y; lambda] = [primal_rhs; dual_rhs]`` for the primal part ``y``.
 
+        ``K_delta`` is factorised by each call, and its factors are freed before it returns:
+        a solution is kept from a forward host call to its backward one, which may run in
+        another thread, and SciPy's SuperLU objects freed in a thread other than the one
+        that made them are never released (scipy#15921; 0.75 MiB per batch of 32 examples
+        of 4 variables when they were kept in the solutions). See docs/lp_sparsemap.md for
+        what the factorisation costs.
+
         Returns:
             ``y``, ``(num_primal,)``: ``u`` then each factor's ``p_f`` or ``z_f``.
         """
+        factors = splu(self.regularized)
         rhs = np.concatenate([primal_rhs, dual_rhs])
         scale = max(1.0, float(np.abs(rhs).max()))
         solution = np.zeros_like(rhs)
         residual = rhs
         for _ in range(MAX_REFINEMENTS):
-            solution = solution + self._lu.solve(residual)
-            residual = rhs - self.matrix @ solution
+            solution = solution + factors.solve(residual)
+            product = self.regularized @ solution
+            product[self.num_primal :] += self.delta * solution[self.num_primal :]
+            residual = rhs - product
             if np.abs(residual).max() <= REFINE_TOL * scale:
                 break
         self.residual = float(np.abs(residual).max()) / scale
