@@ -13,13 +13,23 @@ benchmark runners) writes it through this module, which guarantees:
   (:func:`write_bytes`, :func:`write_text`, :func:`write_json`, :func:`write_csv`,
   :func:`save_file`): a process killed at any moment leaves the old file or the new one,
   and the next writer to take the lock deletes its temporary file (:func:`remove_temporaries`);
+  each temporary file is locked while it is written, so that a file a killed writer left is
+  told apart from a live writer's;
   logs that only grow are appended to (:func:`open_for_appending`), never rewritten; a folder
   of files (a checkpoint) is written beside the old one and swapped in by two renames
   (:func:`save_directory`), and a swap a kill left half done is finished or undone
   (:func:`recover_directory`);
 - **no symlinks**: writing refuses a target that is a symlink, or that lies under a symlinked
   folder inside the run directory, with an :class:`UnsafePathError`; the temporary files are
-  created with ``O_EXCL``, so a planted name cannot redirect them either.
+  created with ``O_EXCL``, so a planted name cannot redirect them either;
+- **no leftovers**: the lock file is deleted when the lock is released, and so is the run
+  directory that taking the lock created, if nothing was written there; a lock file a killed
+  process left is taken over, and deleted, by the next writer.
+
+A command's output file that the user names (``parse --output``, a figure) is no part of a run
+directory: :func:`save_output_file` follows the symlinks of its path, writes the file whole
+beside its real target, and first deletes the temporary files that a killed writer of the same
+file left there.
 
 Example:
     >>> import tempfile
@@ -34,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
@@ -77,16 +88,18 @@ def _refuse_symlinks(path: pathlib.Path) -> None:
             )
 
 
-def _temporary_path(path: pathlib.Path) -> pathlib.Path:
+def _temporary_path(path: pathlib.Path) -> tuple[int, pathlib.Path]:
     """A new, empty file beside ``path``, created with ``O_EXCL`` (its suffix is ``path``'s),
-    with the permissions of a file that ``open`` creates (``mkstemp`` makes it owner-only)."""
+    with the permissions of a file that ``open`` creates (``mkstemp`` makes it owner-only):
+    ``(handle, path)``, the open handle holding a lock on it until it is closed, which tells a
+    live writer's file from one a killed writer left (:func:`save_output_file`)."""
     handle, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+    _lock(handle)
     if hasattr(os, "fchmod"):  # POSIX
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(handle, 0o666 & ~umask)
-    os.close(handle)
-    return pathlib.Path(name)
+    return handle, pathlib.Path(name)
 
 
 def remove_temporaries(logdir: str | os.PathLike) -> list[pathlib.Path]:
@@ -120,7 +133,7 @@ def save_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> 
     """
     path = pathlib.Path(path)
     _refuse_symlinks(path)
-    temporary = _temporary_path(path)
+    locked, temporary = _temporary_path(path)
     try:
         write(temporary)
         with open(temporary, "rb+") as handle:
@@ -129,6 +142,8 @@ def save_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> 
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(locked)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -200,6 +215,45 @@ def make_directory(path: str | os.PathLike) -> pathlib.Path:
         _refuse_symlinks(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def save_output_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
+    """Write a command's output file, a path the user named outside any run directory, whole.
+
+    The path is the user's: symlinks among its folders, or a symlink that is the file itself,
+    are followed (``~/data`` may be a link to another disk), and the file is written whole
+    (:func:`save_file`) at the real path, its folders created. The temporary files that a
+    killed writer of the same file left beside it are deleted first (a live writer's, which
+    it holds locked, are left alone).
+
+    Args:
+        path: the file to (re)write.
+        write: called with a temporary path beside the real file, with its suffix.
+
+    Returns:
+        The real path written, a ``pathlib.Path``.
+    """
+    target = pathlib.Path(path).resolve()
+    make_directory(target.parent)
+    pattern = re.compile(re.escape(f".{target.stem}.") + r"[a-z0-9_]{8}" + re.escape(f".tmp{target.suffix}"))
+    for leftover in target.parent.glob(f".{glob.escape(target.stem)}.*.tmp{glob.escape(target.suffix)}"):
+        if pattern.fullmatch(leftover.name) and leftover.is_file() and not leftover.is_symlink():
+            _remove_unlocked(leftover)
+    save_file(target, write)
+    return target
+
+
+def _remove_unlocked(path: pathlib.Path) -> None:
+    """Delete the file ``path`` unless a live process holds a lock on it."""
+    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        _lock(handle)
+    except OSError:  # a live writer's
+        return
+    else:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(handle)
 
 
 def _swap_folders(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -278,7 +332,10 @@ class RunLock:
 
     Use it as a context manager (or call :meth:`acquire` and :meth:`release`). The directory
     is created if missing. The lock file records the holder's pid; the lock itself is the
-    kernel's, so it dies with its process.
+    kernel's, so it dies with its process. Releasing the lock deletes the lock file, and the
+    directory (with the folders above it) if taking the lock created it and it is empty: a
+    run that failed before writing anything leaves nothing. A lock file that a killed process
+    left is taken over by the next writer, which deletes it in turn.
 
     Args:
         logdir: the run directory.
@@ -295,6 +352,7 @@ class RunLock:
         self.logdir = pathlib.Path(logdir)
         self.previous_holder: int | None = None
         self._handle: int | None = None
+        self._created: list[pathlib.Path] = []  # the folders that acquire made, deepest first
 
     @property
     def path(self) -> pathlib.Path:
@@ -303,18 +361,27 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         """Take the lock (see the class docstring for the errors)."""
-        make_directory(self.logdir)
-        _refuse_symlinks(self.path)
-        handle = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        try:
-            _lock(handle)
-        except OSError:
-            os.close(handle)
-            holder = _recorded_pid(self.path)
-            raise RunLockedError(
-                f"Another process (pid {holder}) is writing this run directory; wait for it to end "
-                f"or choose another logdir. Received: logdir={str(self.logdir)!r}"
-            ) from None
+        created, folder = [], self.logdir.absolute()
+        while not os.path.lexists(folder):
+            created.append(folder)
+            folder = folder.parent
+        while True:
+            make_directory(self.logdir)
+            _refuse_symlinks(self.path)
+            handle = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                _lock(handle)
+            except OSError:
+                os.close(handle)
+                holder = _recorded_pid(self.path)
+                raise RunLockedError(
+                    f"Another process (pid {holder}) is writing this run directory; wait for it to end "
+                    f"or choose another logdir. Received: logdir={str(self.logdir)!r}"
+                ) from None
+            if _is_open_file(handle, self.path):
+                break
+            os.close(handle)  # a holder deleted the file it released after it was opened here: again
+        self._created = created
         recorded = os.read(handle, 64).decode("ascii", "replace").strip()
         self.previous_holder = int(recorded) if recorded.isdigit() else None
         os.lseek(handle, 0, os.SEEK_SET)
@@ -325,11 +392,20 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Release the lock (the file stays, with no live holder)."""
+        """Release the lock, deleting the lock file and the folders :meth:`acquire` created
+        if they are empty."""
         if self._handle is not None:
             os.ftruncate(self._handle, 0)
+            if fcntl is not None:  # deleted while held: acquire checks that it locked the file there
+                self.path.unlink(missing_ok=True)
             os.close(self._handle)  # closing releases the kernel's lock
             self._handle = None
+            for folder in self._created:
+                try:
+                    folder.rmdir()
+                except OSError:  # written in, or not empty
+                    break
+            self._created = []
 
     @property
     def held(self) -> bool:
@@ -349,6 +425,16 @@ def _lock(handle: int) -> None:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     else:  # pragma: no cover - Windows
         msvcrt.locking(handle, msvcrt.LK_NBLCK, 1)
+
+
+def _is_open_file(handle: int, path: pathlib.Path) -> bool:
+    """Whether ``path`` is the file open as ``handle`` (not deleted or replaced since)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle)
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _recorded_pid(path: pathlib.Path) -> str:
@@ -372,6 +458,7 @@ __all__ = [
     "remove_temporaries",
     "save_directory",
     "save_file",
+    "save_output_file",
     "write_bytes",
     "write_csv",
     "write_json",

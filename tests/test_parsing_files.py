@@ -280,6 +280,53 @@ def test_a_word_only_run_parses_plain_text(treebank, tmp_path, capsys):
     assert all(relation == "_" for sentence in parsed for relation in sentence.relations)  # no labels
 
 
+def test_outputs_follow_symlinked_folders_and_are_checked_before_the_parse(run, tmp_path, monkeypatch):
+    """``--output LINK/out.conllu`` (LINK a symlink to a folder) is written into the folder; an
+    output that cannot be written is refused before the run is even loaded."""
+    source, real = tmp_path / "in.conllu", tmp_path / "disk"
+    shutil.copy(TRICKY, source)
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    parse = ["parse", "--logdir", str(run), "--input", str(source)]
+    main(
+        [
+            *parse,
+            "--output",
+            str(tmp_path / "link" / "out.conllu"),
+            "--trees",
+            str(tmp_path / "link" / "t.jsonl"),
+        ]
+    )
+    assert sorted(path.name for path in real.iterdir()) == ["out.conllu", "t.jsonl"]
+    _assert_only_head_and_deprel_written(source, real / "out.conllu")
+    import keras_structured.applications.parsing.training as training
+
+    monkeypatch.setattr(training, "load_run", lambda logdir: pytest.fail("the run was loaded"))
+    for output, error, match in [
+        (source.parent / "in.conllu" / "out.conllu", ValueError, "is a file, not a folder"),
+        (tmp_path / "link" / "out.conllu", FileExistsError, "--output names a file that exists"),
+        (tmp_path / "link" / ".." / "in.conllu", ValueError, "--output must not be the input"),
+    ]:
+        with pytest.raises(error, match=match):
+            main([*parse, "--output", str(output)])
+
+
+def test_parse_leaves_no_temporary_file_and_a_run_no_lock_file(run, treebank, tmp_path):
+    """The temporary file a parse killed while writing left beside its output is deleted by the next
+    parse into that output; a finished run keeps no lock file, and a run that failed before writing
+    anything leaves no folder."""
+    source, output = tmp_path / "in.conllu", tmp_path / "out.conllu"
+    shutil.copy(TRICKY, source)
+    left = tmp_path / ".out.k1lled_x.tmp.conllu"  # the name a killed writer's file has
+    left.write_text("half a file")
+    main(["parse", "--logdir", str(run), "--input", str(source), "--output", str(output)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.conllu", "out.conllu"]
+    assert not (run / ".lock").exists()
+    with pytest.raises(FileNotFoundError):
+        _train(tmp_path / "no_treebank", tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists()
+
+
 def test_parse_and_evaluate_refuse_bad_input_and_options(run, tmp_path, capsys):
     good, output = tmp_path / "good.conllu", tmp_path / "out.conllu"
     shutil.copy(TRICKY, good)

@@ -169,3 +169,81 @@ def test_a_row_cut_short_while_appended_is_left_out(tmp_path):
     path = tmp_path / "progress.csv"
     path.write_text("iteration,global_step\n1,512\n2,10")  # killed while writing "2,1024\n"
     assert rd.read_csv(path) == (["iteration", "global_step"], [["1", "512"]])
+
+
+def test_a_released_lock_leaves_nothing_and_a_killed_holders_lock_goes_with_the_next(tmp_path):
+    """Releasing deletes the lock file, and the folders that taking the lock created if nothing was
+    written there; a killed holder's lock file is taken over, then deleted by the next release."""
+    new = tmp_path / "made" / "run"
+    rd.RunLock(new).acquire().release()
+    assert not (tmp_path / "made").exists()
+    with rd.RunLock(new):
+        (new / "config.json").write_text("{}")
+    assert sorted(path.name for path in new.iterdir()) == ["config.json"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(new)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (new / rd.LOCK_FILE).read_text().strip() == str(holder.pid)  # a kill leaves it
+    with rd.RunLock(new) as lock:
+        assert lock.previous_holder == holder.pid
+    assert sorted(path.name for path in new.iterdir()) == ["config.json"]
+
+
+def test_a_lock_file_deleted_after_it_was_opened_is_not_held(tmp_path, monkeypatch):
+    """A process that opened the lock file just before its holder released (and deleted) it
+    locks the file that is there, not the deleted one: two writers never both hold the lock."""
+    opened = []
+    real_open = os.open
+
+    def open_then_release(path, *args):
+        handle = real_open(path, *args)
+        if not opened:  # the first holder releases between this process's open and lock
+            opened.append(handle)
+            first.release()
+        return handle
+
+    first = rd.RunLock(tmp_path).acquire()
+    monkeypatch.setattr(os, "open", open_then_release)
+    second = rd.RunLock(tmp_path).acquire()
+    monkeypatch.undo()
+    with pytest.raises(rd.RunLockedError):  # a third process sees the second's lock
+        rd.RunLock(tmp_path).acquire()
+    assert os.fstat(second._handle).st_ino == os.stat(tmp_path / rd.LOCK_FILE).st_ino
+    second.release()
+
+
+def test_an_output_file_follows_symlinked_folders_and_clears_a_killed_writers_temporary(tmp_path):
+    """An output path is the user's: written through a symlinked folder; a writer killed while it
+    wrote leaves its temporary file, which the next write of the same file deletes, while a live
+    writer's temporary file (locked) and other files are left alone."""
+    real = tmp_path / "disk"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert rd.save_output_file(tmp_path / "link" / "out.conllu", lambda p: p.write_text("1")) == (
+        real / "out.conllu"
+    )
+    script = LOAD_MODULE + (
+        "import time\n"
+        "write = lambda p: (print('writing', flush=True), time.sleep(60))\n"
+        "run_directory.save_output_file(sys.argv[1], write)\n"
+    )
+    output = str(tmp_path / "link" / "out.conllu")
+    writer = subprocess.Popen([sys.executable, "-c", script, output], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    [left] = [path for path in real.iterdir() if path.name != "out.conllu"]
+    assert left.name.startswith(".out.") and left.name.endswith(".tmp.conllu")
+    live = real / ".out.l1ve_abc.tmp.conllu"
+    other = [real / ".other.k1lled_a.tmp.conllu", real / "notes.tmp.conllu"]
+    for path in (live, *other):
+        path.write_text("x")
+    handle = os.open(live, os.O_RDONLY)
+    try:
+        rd._lock(handle)  # as a live writer holds it
+        rd.save_output_file(tmp_path / "link" / "out.conllu", lambda p: p.write_text("2"))
+    finally:
+        os.close(handle)
+    assert not left.exists() and live.exists() and all(path.exists() for path in other)
+    assert (real / "out.conllu").read_text() == "2" and (tmp_path / "link").is_symlink()

@@ -263,10 +263,11 @@ def test_the_library_trainer_holds_the_lock_while_it_trains(tmp_path, monkeypatc
 
 
 def test_the_lock_file_is_not_part_of_the_run(run, tmp_path):
-    assert (run / LOCK_FILE).is_file()
-    assert LOCK_FILE not in [path.name for path in run_files(run)]
+    with RunLock(run):
+        assert LOCK_FILE not in [path.name for path in run_files(run)]
+    assert not (run / LOCK_FILE).exists()  # deleted when the lock is released
     assert main(["train", "--logdir", str(run), "--overwrite", "--steps", str(BATCH), *CLI_FAST]) == 0
-    assert (run / LOCK_FILE).is_file() and _iterations(run) == [1]
+    assert not (run / LOCK_FILE).exists() and _iterations(run) == [1]
     only_a_lock = tmp_path / "refused"
     RunLock(only_a_lock).acquire().release()
     check_new_run(only_a_lock, overwrite=False)  # not a run: a new one may start there

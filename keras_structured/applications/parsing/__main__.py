@@ -194,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
         "can parse, text having no tags. Words and tags unseen in training are parsed as the unknown "
         "word and tag, and counted. --trees also writes, per sentence, the trees SparseMAP puts weight "
         "on (one JSON line: index, sent_id, location, converged, trees as [{heads, weight}]). Existing "
-        "files are replaced only with --overwrite. "
+        "files are replaced only with --overwrite; output paths may go through symlinked folders, and "
+        "are checked before the parse starts. "
         "Without --input: one sentence of the run's treebank (--split, --index) is parsed and the trees "
         "SparseMAP puts weight on are printed, and drawn with --png.",
     )
@@ -345,12 +346,12 @@ def _parse_split(args) -> None:
         print(f"... and {len(rest)} more trees of total weight {sum(weight for _, weight in rest):.3f}")
     if args.png:
         from keras_structured.applications.parsing.figures import draw_trees
-        from keras_structured.applications.training_runs import save_output
+        from keras_structured.run_directory import save_output_file
 
         title = f"{split} sentence {index}: {len(trees)} trees" + (
             f", the {len(shown)} heaviest shown" if rest else ""
         )
-        save_output(args.png, lambda path: draw_trees(list(sentence.words), shown, path, title=title))
+        save_output_file(args.png, lambda path: draw_trees(list(sentence.words), shown, path, title=title))
         print(f"wrote {args.png}")
 
 

@@ -22,7 +22,10 @@ trees, and it need not have trees at all. This module reads and writes such file
 * :func:`trees_jsonl`: the trees SparseMAP puts weight on, one JSON line per sentence.
 * :func:`check_outputs` and :func:`write_output`: output files are never the input, never
   replace a file unless asked to, and are written whole (a temporary file renamed over the
-  target), or to standard output for ``-``.
+  target), or to standard output for ``-``. Their paths are the user's: symlinked folders
+  are followed. Everything that can be checked is checked before the work starts, by
+  :func:`check_outputs`; the temporary file that a killed writer left beside an output is
+  deleted when the output is next written.
 
 Example:
     >>> import pathlib, tempfile
@@ -69,7 +72,7 @@ from keras_structured.applications.parsing.conllu_reader import (
     Sentence,
     _check_line,
 )
-from keras_structured.run_directory import make_directory, write_text
+from keras_structured.run_directory import save_output_file
 from keras_structured.validation import check_one_of, read_utf8
 
 __all__ = [
@@ -393,7 +396,12 @@ def trees_jsonl(
 def check_outputs(
     input_path: str | os.PathLike | None, outputs: Mapping[str, str | None], overwrite: bool
 ) -> None:
-    """Refuse output files that would destroy the input or another output, or replace a file.
+    """Refuse output files that would destroy the input or another output, replace a file, or
+    cannot be written: called before the work starts, so that nothing is computed in vain.
+
+    Symlinks in the paths are followed (the folders are the user's). An output's folder may
+    be missing (it is created), but its nearest existing folder must be a folder that this
+    process may write into.
 
     Args:
         input_path: the input file (None: none to protect).
@@ -403,8 +411,9 @@ def check_outputs(
 
     Raises:
         ValueError: an output is the input file, or two outputs are the same file, or an
-            output is a folder.
+            output is a folder, or a folder of its path is a file.
         FileExistsError: an output file exists and ``overwrite`` is False.
+        PermissionError: an output's folder cannot be written into.
     """
     seen: dict[str, str] = {}
     for option, path in outputs.items():
@@ -424,6 +433,7 @@ def check_outputs(
                     f"{option} names a file that exists: pass --overwrite to replace it. "
                     f"Received: {option} {str(path)!r}"
                 )
+            _check_folder(option, path)
         key = path if path == STANDARD_OUTPUT else str(pathlib.Path(path).resolve())
         if key in seen:
             raise ValueError(
@@ -431,6 +441,23 @@ def check_outputs(
                 f"Received: {seen[key]} {str(path)!r} and {option} {str(path)!r}"
             )
         seen[key] = option
+
+
+def _check_folder(option: str, path: pathlib.Path) -> None:
+    """Refuse an output whose folder cannot be made or written into (its nearest existing one)."""
+    folder = path.resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ValueError(
+            f"{option} cannot be written: {str(folder)!r} in its path is a file, not a folder. "
+            f"Received: {option} {str(path)!r}"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{option} cannot be written: no permission to write into the folder {str(folder)!r}. "
+            f"Received: {option} {str(path)!r}"
+        )
 
 
 def _same_file(path: pathlib.Path, other: pathlib.Path) -> bool:
@@ -441,12 +468,12 @@ def _same_file(path: pathlib.Path, other: pathlib.Path) -> bool:
 
 
 def write_output(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` whole, its folder created (a crash leaves the old file or the
-    new one, never half of it); ``-`` writes it to standard output."""
+    """Write ``text`` (UTF-8) to ``path`` whole, its folder created (a crash leaves the old file
+    or the new one, never half of it; the temporary file a killed writer left is deleted the
+    next time: :func:`~keras_structured.run_directory.save_output_file`), through symlinked
+    folders; ``-`` writes it to standard output."""
     if str(path) == STANDARD_OUTPUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = pathlib.Path(path)
-    make_directory(path.parent)
-    write_text(path, text)
+    save_output_file(path, lambda temporary: temporary.write_bytes(text.encode("utf-8")))
