@@ -42,6 +42,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -50,18 +51,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from keras_structured.progress_log import PROGRESS_FILE, read_numbers
 from keras_structured.run_directory import (
     make_directory,
     open_for_appending,
-    read_csv,
     write_json,
     write_text,
 )
+from keras_structured.run_settings import read_json_object
 
 FINAL_FILE = "final.json"
 STATE_FILE = "bench_state.json"
 TRAIN_LOG = "bench_train.log"
 PLAN_FILE = "bench_plan.json"
+
+#: The ``progress.csv`` columns that hold text (the trace-norm parser's kind of atom), read as NaN.
+TEXT_COLUMNS = ("atom",)
 
 SpecT = TypeVar("SpecT")
 
@@ -69,11 +74,40 @@ SpecT = TypeVar("SpecT")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    """The object in a JSON file, or ``None`` when it is missing or unreadable."""
+    """The object in a JSON file, or ``None`` when it is missing.
+
+    Raises:
+        ValueError: the file is damaged or was edited into something else than a JSON object
+            (:func:`keras_structured.run_settings.read_json_object`: the file and the place
+            named), rather than read as a run with no results.
+    """
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json_object(path)
+    except FileNotFoundError:
         return None
+
+
+def check_writable(folder: Path, purpose: str) -> None:
+    """Refuse a folder that cannot be written (read-only, another user's) before any work
+    whose result would be written there is done; the folder is created if missing.
+
+    Args:
+        folder: the folder.
+        purpose: what is written there, for the message (``"report writes results.md"``).
+
+    Raises:
+        PermissionError: the folder cannot be written (named, with the reason).
+    """
+    make_directory(folder)
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".writable.", dir=folder)
+    except OSError as error:
+        raise PermissionError(
+            f"{purpose}, and {str(folder)!r} cannot be written ({error.strerror}): give a folder that "
+            f"can be, or copy the runs into one. Received: {str(folder)!r}"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def shared_data(*parts: str) -> Path:
@@ -100,12 +134,19 @@ def to_float(value: Any) -> float:
 
 
 def read_progress(path: Path) -> dict[str, np.ndarray]:
-    """``progress.csv`` as float columns; empty or non-numeric cells become NaN, and a last
-    row cut short by a crash is left out (:func:`keras_structured.run_directory.read_csv`)."""
-    names, rows = read_csv(path)
+    """``progress.csv`` as float columns (those of text, :data:`TEXT_COLUMNS`, as NaN); empty
+    cells become NaN, and a last row cut short by a crash is left out.
+
+    Raises:
+        ValueError: a cell of a number column that is not one, or a file that cannot be read
+            (:func:`keras_structured.progress_log.read_numbers`: the file, row and value named).
+    """
+    if path.name != PROGRESS_FILE:
+        raise ValueError(f"A run's progress log is its {PROGRESS_FILE}. Received: path={str(path)!r}")
+    rows = read_numbers(path.parent, text_columns=TEXT_COLUMNS)
     return {
-        name: np.array([to_float(row[i] if i < len(row) else None) for row in rows])
-        for i, name in enumerate(names)
+        name: np.array([to_float(row[name]) for row in rows])
+        for name in dict.fromkeys(k for r in rows for k in r)
     }
 
 

@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from benchmarks.report_tables import write_results
-from benchmarks.resumable_runs import PLAN_FILE, execute_run, jobs_env, log_progress, read_json, run_parallel
+from benchmarks.resumable_runs import (
+    PLAN_FILE,
+    check_writable,
+    execute_run,
+    jobs_env,
+    log_progress,
+    read_json,
+    run_parallel,
+)
 from benchmarks.run_plans import FinishedRun, NamedRun, RecordedOptions, RunLayout, RunPlan, RunStatus, Step
 from keras_structured.run_directory import RunLock, make_directory, write_json
 
@@ -285,7 +293,11 @@ class Runner(Generic[SpecT, OptionsT, PlanT]):
 
         Returns:
             The path of ``results.md``.
+
+        Raises:
+            PermissionError: ``root`` cannot be written: refused before the report is made.
         """
+        check_writable(root, "report writes results.md and figures/ into the root")
         options = options or self.read_options(root)
         plan = self.plan(options, self.layout.scan(root))
         runs = self.layout.finished_runs(root, self.result_type)

@@ -15,6 +15,14 @@ order (a log that lost rows, or that two processes wrote, is refused: the run ca
 continued), drops the later ones a crash left, and rewrites its TensorBoard events from the
 rows kept, so that it shows every step once, as an uninterrupted run does.
 
+A log someone edited by hand is read as written when it can be: a byte-order mark and blank
+lines are skipped, and a column the log no longer has is left empty (one added since the run
+started). What cannot be read is refused with a ``ValueError`` naming the file, the row or line,
+the column and the value, never read as another number or a blank: a non-UTF-8 byte, a row of
+more or fewer cells than the header, a column the log does not know (a renamed one), a step
+that is not a whole number, and, for the readers of numbers (:func:`read_numbers`), a cell
+that is not one.
+
 Keras's :class:`keras.callbacks.CSVLogger` and :class:`keras.callbacks.TensorBoard` write
 the same two things for ``model.fit``, but a resumed run would append the rows and events
 of the epochs a crash made it run again (``CSVLogger(append=True)``), or lose the earlier
@@ -42,7 +50,7 @@ import itertools
 import math
 import os
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from keras_structured.run_directory import open_for_appending, read_csv, write_csv
 from keras_structured.tensorboard_scalars import ScalarWriter
@@ -52,7 +60,8 @@ PROGRESS_FILE = "progress.csv"
 
 
 class ProgressLogError(ValueError):
-    """A resumed run's ``progress.csv`` lacks rows of the steps its checkpoint holds."""
+    """A run's ``progress.csv`` cannot be read or continued: it lacks rows of the steps its
+    checkpoint holds, or was edited (the message names the file, the row and the value)."""
 
 
 def format_cell(value: object) -> str:
@@ -66,11 +75,26 @@ def format_cell(value: object) -> str:
     return "" if isinstance(value, float) and math.isnan(value) else str(value)
 
 
+def _read_log(logdir: str | os.PathLike, columns: Sequence[str] | None) -> list[dict[str, str]]:
+    """The rows of ``{logdir}/progress.csv`` (:func:`read_rows`), after refusing a header
+    column that is not one of ``columns`` (None: any)."""
+    path = pathlib.Path(logdir) / PROGRESS_FILE
+    header, rows = read_csv(path)
+    unknown = [name for name in header if columns is not None and name not in columns]
+    if unknown:
+        raise ProgressLogError(
+            f"{str(path)!r} has columns this run's log does not (edited or renamed?); its columns "
+            f"are {list(columns)}. Received: {', '.join(repr(name) for name in unknown)}"
+        )
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
 def read_rows(logdir: str | os.PathLike) -> list[dict[str, str]]:
     """The rows of ``{logdir}/progress.csv``, as strings by column.
 
     A last row cut short by a crash (the file does not end with a line break) is left out:
-    its cells could read as other numbers (``10`` for ``1024``).
+    its cells could read as other numbers (``10`` for ``1024``). A byte-order mark and blank
+    lines are skipped.
 
     Args:
         logdir: the run directory.
@@ -80,12 +104,71 @@ def read_rows(logdir: str | os.PathLike) -> list[dict[str, str]]:
 
     Raises:
         FileNotFoundError: there is no ``progress.csv``.
+        ValueError: the file is not UTF-8, or a row has more or fewer cells than the header
+            (:func:`keras_structured.run_directory.read_csv`: the file and line named).
     """
-    columns, rows = read_csv(pathlib.Path(logdir) / PROGRESS_FILE)
-    return [dict(zip(columns, row, strict=False)) for row in rows]
+    return _read_log(logdir, None)
 
 
-def rows_up_to(logdir: str | os.PathLike, step: int, step_column: str) -> list[dict[str, str]]:
+def _cell_error(logdir: str | os.PathLike, row: int, column: str, requirement: str, value: str) -> ValueError:
+    """The error for the cell ``column`` of data row ``row`` (from 1) that is not ``requirement``."""
+    return ProgressLogError(
+        f"{str(pathlib.Path(logdir) / PROGRESS_FILE)!r} row {row}: {column} must be {requirement} "
+        f"(was the file edited?). Received: {column}={value!r}"
+    )
+
+
+def _step_number(logdir: str | os.PathLike, row: int, column: str, value: str) -> int:
+    """The step number in a cell (:func:`_cell_error` unless it is a whole number)."""
+    if not value.isdigit():
+        raise _cell_error(logdir, row, column, "a step number", value)
+    return int(value)
+
+
+def _number(logdir: str | os.PathLike, row: int, column: str, value: str) -> float:
+    """The number in a cell, NaN when it is empty (:func:`_cell_error` unless it is one)."""
+    try:
+        return float(value) if value.strip() else math.nan
+    except ValueError:
+        raise _cell_error(logdir, row, column, "a number or empty", value) from None
+
+
+def read_numbers(
+    logdir: str | os.PathLike, columns: Sequence[str] | None = None, text_columns: Collection[str] = ()
+) -> list[dict[str, float]]:
+    """The rows of ``{logdir}/progress.csv`` (:func:`read_rows`) as numbers, an empty cell NaN.
+
+    Args:
+        logdir: the run directory.
+        columns: the log's columns: a header column not among them is refused (None: any).
+        text_columns: the columns that hold text, kept as strings.
+
+    Returns:
+        The rows, in order.
+
+    Raises:
+        FileNotFoundError: there is no ``progress.csv``.
+        ValueError: a cell of another column is not a number, a header column is not among
+            ``columns``, or :func:`read_rows` refuses the file (the file, row, column and
+            value named).
+    """
+    return [
+        {
+            column: cell if column in text_columns else _number(logdir, row_number, column, cell)
+            for column, cell in row.items()
+        }
+        for row_number, row in enumerate(_read_log(logdir, columns), start=1)
+    ]
+
+
+def rows_up_to(
+    logdir: str | os.PathLike,
+    step: int,
+    step_column: str,
+    columns: Sequence[str] | None = None,
+    counters: Collection[str] = (),
+    text_columns: Collection[str] | None = None,
+) -> list[dict[str, str]]:
     """The rows a run resumed from a checkpoint of ``step`` keeps: its first ``step`` rows,
     which must be those of steps 1 to ``step``, in order.
 
@@ -93,18 +176,32 @@ def rows_up_to(logdir: str | os.PathLike, step: int, step_column: str) -> list[d
         logdir: the run directory.
         step: the checkpoint's step (0: none kept).
         step_column: the column that numbers the steps.
+        columns: the log's columns: a header column not among them is refused (None: any).
+        counters: more columns that must hold step numbers (a TensorBoard step).
+        text_columns: the columns that may hold text; the others must hold numbers or
+            nothing (None: any column may hold text).
 
     Returns:
         The rows, as strings.
 
     Raises:
         ProgressLogError: a row is missing or out of place (the log was truncated, or written
-            by two processes at once): the run's log cannot be continued.
+            by two processes at once): the run's log cannot be continued; or the file was
+            edited into a log that cannot be read: a column not in ``columns``, a step that is
+            not a whole number, or text outside ``text_columns`` (named with the file, row and
+            value).
+        ValueError: :func:`read_rows` refuses the file.
         FileNotFoundError: there is no ``progress.csv`` (and ``step`` > 0).
     """
     if step == 0:
         return []
-    kept = read_rows(logdir)[:step]
+    kept = _read_log(logdir, columns)[:step]
+    for row_number, row in enumerate(kept, start=1):
+        for column, cell in row.items():
+            if text_columns is not None and column not in text_columns:
+                _number(logdir, row_number, column, cell)
+        for column in {step_column, *counters}:
+            _step_number(logdir, row_number, column, row.get(column, ""))
     found = [row.get(step_column) for row in kept]
     expected = [str(i) for i in range(1, step + 1)]
     if found != expected:
@@ -132,10 +229,13 @@ class ProgressLog:
         tensorboard_step: the column giving the TensorBoard step (default: ``step_column``).
         tensorboard: write TensorBoard scalars (every column but ``step_column`` and
             ``tensorboard_step``; empty cells left out).
+        text_columns: the columns that hold text (left out of TensorBoard); the others hold
+            numbers, which a resumed run checks in the rows it keeps.
 
     Raises:
         ProgressLogError: when resuming, ``progress.csv`` lacks a row of the checkpoint's
-            steps (nothing is written).
+            steps, or was edited into a log that cannot be continued (:func:`rows_up_to`;
+            nothing is written).
         keras_structured.run_directory.UnsafePathError: ``progress.csv`` is a symlink
             (nothing is written).
 
@@ -151,13 +251,18 @@ class ProgressLog:
         step_column: str | None = None,
         tensorboard_step: str | None = None,
         tensorboard: bool = True,
+        text_columns: Collection[str] = (),
     ):
         self.columns = tuple(columns)
         self.path = pathlib.Path(logdir) / PROGRESS_FILE
         step_column = step_column or self.columns[0]
         self._tensorboard_step = tensorboard_step or step_column
         self._counters = {step_column, self._tensorboard_step}
-        self.rows = [] if resume_step is None else rows_up_to(logdir, resume_step, step_column)
+        self.rows = []
+        if resume_step is not None:
+            self.rows = rows_up_to(
+                logdir, resume_step, step_column, self.columns, self._counters, text_columns
+            )
         write_csv(self.path, self.columns, [[row.get(c, "") for c in self.columns] for row in self.rows])
         self._file = open_for_appending(self.path)
         self._scalars = None
@@ -200,4 +305,12 @@ class ProgressLog:
             self._scalars = None
 
 
-__all__ = ["PROGRESS_FILE", "ProgressLog", "ProgressLogError", "format_cell", "read_rows", "rows_up_to"]
+__all__ = [
+    "PROGRESS_FILE",
+    "ProgressLog",
+    "ProgressLogError",
+    "format_cell",
+    "read_numbers",
+    "read_rows",
+    "rows_up_to",
+]

@@ -174,15 +174,47 @@ def write_csv(path: str | os.PathLike, columns: Sequence[str], rows: Sequence[Se
     write_text(path, buffer.getvalue())
 
 
+def read_text(path: str | os.PathLike) -> str:
+    """The text of a UTF-8 file that a run wrote (and someone may have edited): a byte-order
+    mark is skipped.
+
+    Raises:
+        ValueError: the file is not UTF-8 (the message names the file, the line and the byte).
+    """
+    data = pathlib.Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{str(path)!r} is not UTF-8 text. Received: the byte {data[error.start]:#04x} on line {line}"
+        ) from None
+
+
 def read_csv(path: str | os.PathLike) -> tuple[list[str], list[list[str]]]:
     """The header and the rows of a CSV file (``([], [])`` for an empty file).
 
     A last row cut short by a crash while it was appended (the file does not end with a
     line break) is left out: its cells could read as other numbers (``10`` for ``1024``).
+    A byte-order mark and blank lines (an editor's) are skipped.
+
+    Raises:
+        ValueError: the file is not UTF-8 (:func:`read_text`), or a row has more or fewer
+            cells than the header (the file was edited, or cut inside): the message names the
+            file, the line and what it holds.
     """
-    with open(path, newline="", encoding="utf-8") as handle:
-        text = handle.read()
-    rows = list(csv.reader(io.StringIO(text[: text.rfind("\n") + 1])))
+    text = read_text(path)
+    reader = csv.reader(io.StringIO(text[: text.rfind("\n") + 1], newline=""))
+    rows = []
+    for row in reader:
+        if not row:
+            continue
+        if rows and len(row) != len(rows[0]):
+            raise ValueError(
+                f"{str(path)!r} line {reader.line_num} has {len(row)} cells, and its header "
+                f"{len(rows[0])} ({','.join(rows[0])}). Received: {','.join(row)!r}"
+            )
+        rows.append(row)
     return (rows[0], rows[1:]) if rows else ([], [])
 
 
@@ -455,6 +487,7 @@ __all__ = [
     "recover_directory",
     "open_for_appending",
     "read_csv",
+    "read_text",
     "remove_temporaries",
     "save_directory",
     "save_file",

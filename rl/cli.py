@@ -1,5 +1,10 @@
 """Command line: ``python -m rl {train, evaluate, export, plot, fields}`` (see ``python -m rl --help``).
 
+A user error (an option, a configuration, a run directory or a checkpoint that cannot work)
+exits with status 2 and one message, a run that diverged with status 1; ``--debug`` (an option
+of every command) or ``KERAS_STRUCTURED_DEBUG=1`` shows the traceback instead
+(:mod:`keras_structured.command_line`).
+
 ``--help``, ``fields`` and configuration errors answer without importing TensorFlow, unless a
 numeric option is given: :mod:`keras_structured.command_line` checks those when they are
 parsed, and importing keras_structured imports TensorFlow. ``train`` holds a lock on its run
@@ -63,12 +68,15 @@ def _parse_override(text: str) -> tuple[str, object]:
         if raw.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{name} expects true/false. Received: {raw!r}")
         return name, raw.lower() in ("true", "1")
-    if kind == tuple[int, ...]:
-        return name, tuple(int(x) for x in raw.split(",") if x)
-    for candidate in (int, float, str):
-        if kind == candidate or kind == (candidate | None):
-            return name, candidate(raw)
-    raise ValueError(f"Cannot parse {name}={raw!r}")
+    try:
+        if kind == tuple[int, ...]:
+            return name, tuple(int(x) for x in raw.split(",") if x)
+        for candidate in (int, float, str):
+            if kind == candidate or kind == (candidate | None):
+                return name, candidate(raw)
+    except ValueError:
+        pass
+    raise ValueError(f"--set {name} expects a value of type {kind}. Received: {text!r}")
 
 
 def _option_type(name: str, **bounds: float) -> Callable[[str], float | int]:
@@ -96,6 +104,19 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         return super()._get_help_string(action)
 
 
+# keras_structured.command_line.DEBUG_HELP and add_debug_option, which importing would import
+# TensorFlow: --help and fields answer without it.
+_DEBUG_HELP = "show the traceback of an error (or set KERAS_STRUCTURED_DEBUG=1)"
+
+
+class _Command(argparse.ArgumentParser):
+    """A subcommand, with ``--debug`` (when not given, the main parser's value stands)."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
+
+
 class _Given(argparse.Action):
     """``store``, and records the destination in ``namespace.given``: ``--resume`` refuses a
     setting given explicitly (even at its default) that differs from the run's."""
@@ -120,8 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rl", description=_DESCRIPTION, formatter_class=_HelpFormatter
     )
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{train,evaluate,export,upgrade-checkpoint,plot,fields}"
+        dest="command",
+        required=True,
+        metavar="{train,evaluate,export,upgrade-checkpoint,plot,fields}",
+        parser_class=_Command,
     )
 
     train = commands.add_parser(
@@ -365,9 +390,7 @@ def _train_locked(args: argparse.Namespace, config: TrainConfig, lock: RunLock) 
         if iteration >= config.num_iterations:
             row = last_row(config.logdir, iteration) or {}
             step = int(row["global_step"]) if row else iteration * config.batch_size
-            episodic_return = (
-                float(row["charts/episodic_return"]) if row.get("charts/episodic_return") else None
-            )
+            episodic_return = row.get("charts/episodic_return")  # NaN: none ended (null)
             print(f"{config.logdir}: already complete at step {step} (total_steps {config.total_steps})")
             print(_summary(config.logdir, step, episodic_return))
             return
@@ -432,23 +455,10 @@ def _plot(args: argparse.Namespace) -> None:
     print(plot(args.runs, args.output, args.key))
 
 
-def _exit_status(error: Exception) -> int | None:
-    """The exit status of a command stopped by ``error``: 2 for input that cannot work (options,
-    configuration, run directory, checkpoint), 1 for a run that diverged, ``None`` for a bug."""
-    if isinstance(error, (ValueError, FileNotFoundError, FileExistsError)):
-        return 2
-    from keras_structured.divergence import DivergenceError
-    from keras_structured.run_directory import RunLockedError, UnsafePathError
-
-    if isinstance(error, (RunLockedError, UnsafePathError)):
-        return 2
-    return 1 if isinstance(error, DivergenceError) else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the command. Input that cannot work (options, configuration, run directory,
-    checkpoint) exits with status 2, a run that diverged with status 1, each with a one-line
-    message."""
+    checkpoint) exits with status 2, a run that diverged with status 1, each with one message
+    (:func:`keras_structured.command_line.exit_on_error`); ``--debug`` shows the traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     commands = {
@@ -459,14 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         "plot": _plot,
         "fields": _fields,
     }
-    command = commands[args.command]
     try:
-        command(args)
+        commands[args.command](args)
     except Exception as error:
-        status = _exit_status(error)
-        if status is None:
-            raise
-        parser.exit(status, f"python -m rl {args.command}: error: {error}\n")
+        from keras_structured.command_line import exit_on_error  # imports TensorFlow: only on an error
+
+        exit_on_error(parser, args, error)
     return 0
 
 

@@ -257,10 +257,19 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> TrainConfig:
-        """Reads a config written by :meth:`save`."""
-        values = json.loads(Path(path).read_text())
-        values["hidden_sizes"] = tuple(values["hidden_sizes"])
-        return cls(**values)
+        """Reads a config written by :meth:`save` (a field missing from the file takes its
+        default).
+
+        Raises:
+            FileNotFoundError: there is no such file.
+            ValueError: the file cannot be read as a config (not UTF-8, not JSON, a key that is
+                not a field, a value of another type than its field's) or holds one that
+                cannot work (:meth:`validate`): the message names the file, the field and the
+                value (:func:`keras_structured.run_settings.read_settings`).
+        """
+        from keras_structured.run_settings import read_settings  # see save
+
+        return read_settings(path, cls, check=cls.validate)
 
 
 def field_docs() -> dict[str, str]:

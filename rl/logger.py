@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from keras_structured.progress_log import ProgressLog, read_rows
+from keras_structured.progress_log import ProgressLog, read_numbers
 
 #: columns of ``progress.csv``, one row per update (NaN / empty where not applicable).
 COLUMNS = (
@@ -121,5 +121,12 @@ class Logger:
 
 def read_progress(logdir: str | Path) -> list[dict[str, float]]:
     """Rows of ``{logdir}/progress.csv`` as floats (empty cells become NaN; a last row cut short
-    by a crash is left out)."""
-    return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in read_rows(logdir)]
+    by a crash is left out).
+
+    Raises:
+        ValueError: the file was edited into a log that cannot be read: a cell that is not a
+            number, a column not in :data:`COLUMNS`, a row of more or fewer cells than the
+            header, a byte that is not UTF-8 (the file, row or line, and value named;
+            :func:`keras_structured.progress_log.read_numbers`).
+    """
+    return read_numbers(logdir, COLUMNS)

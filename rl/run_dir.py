@@ -9,7 +9,7 @@ belong to one run. The lock file ``.lock`` of the process writing the run
 (:class:`keras_structured.run_directory.RunLock`) is not part of it: ``--overwrite`` keeps it.
 
 ``progress.csv`` grows by one row per iteration, appended; a row cut short by a crash while
-it was written is never read (:func:`keras_structured.progress_log.read_rows`). Importing this
+it was written is never read (:func:`rl.logger.read_progress`). Importing this
 module does not import TensorFlow.
 """
 
@@ -37,13 +37,14 @@ def run_files(logdir: str | Path) -> list[Path]:
     return found + sorted(logdir.glob(EVENTS_PATTERN))
 
 
-def last_row(logdir: str | Path, max_iteration: int | None = None) -> dict[str, str] | None:
-    """The last ``progress.csv`` row (up to ``max_iteration``) as strings; ``None`` if none."""
-    from keras_structured.progress_log import read_rows  # imports TensorFlow: only when needed
+def last_row(logdir: str | Path, max_iteration: int | None = None) -> dict[str, float] | None:
+    """The last ``progress.csv`` row (up to ``max_iteration``) as numbers (:func:`rl.logger.read_progress`,
+    which refuses a log that cannot be read); ``None`` if none."""
+    from rl.logger import read_progress  # imports TensorFlow: only when needed
 
     if not (Path(logdir) / "progress.csv").is_file():
         return None
-    rows = [r for r in read_rows(logdir) if max_iteration is None or int(r["iteration"]) <= max_iteration]
+    rows = [r for r in read_progress(logdir) if max_iteration is None or r["iteration"] <= max_iteration]
     return rows[-1] if rows else None
 
 
@@ -54,14 +55,18 @@ def describe_run(logdir: str | Path) -> str:
     if (logdir / "config.json").is_file():
         try:
             config = TrainConfig.load(logdir / "config.json")
-        except (ValueError, TypeError, KeyError):
+        except ValueError:
             parts.append("an unreadable config.json")
         else:
             parts.append(
                 f"{config.env_id} {config.algo} seed {config.seed}, total_steps {config.total_steps}"
             )
-    row = last_row(logdir)
-    parts.append(f"logged up to step {row['global_step']}" if row else "no progress logged")
+    try:
+        row = last_row(logdir)
+    except ValueError:
+        parts.append("an unreadable progress.csv")
+    else:
+        parts.append(f"logged up to step {row['global_step']:.0f}" if row else "no progress logged")
     checkpoints = checkpoint_dirs(logdir)
     parts.append(f"newest checkpoint {checkpoints[-1].name}" if checkpoints else "no checkpoint")
     return "; ".join(parts)

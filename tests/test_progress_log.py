@@ -15,7 +15,7 @@ COLUMNS = ("epoch", "loss", "note")
 
 
 def _write(logdir, epochs, resume_step=None, **options):
-    with ProgressLog(logdir, COLUMNS, resume_step, **options) as log:
+    with ProgressLog(logdir, COLUMNS, resume_step, text_columns=("note",), **options) as log:
         for epoch in epochs:
             log.log({"epoch": epoch, "loss": 1.0 / epoch, "note": f"e{epoch}"})
 
@@ -48,7 +48,7 @@ def test_a_log_that_lost_rows_is_refused_and_left_as_it_was(tmp_path):
     _write(tmp_path, [1, 3], tensorboard=False)  # row 2 missing
     before = (tmp_path / "progress.csv").read_bytes()
     with pytest.raises(ProgressLogError, match=r"epochs 1 to 2.*Received: epoch='3' in row 2"):
-        ProgressLog(tmp_path, COLUMNS, resume_step=2, tensorboard=False)
+        ProgressLog(tmp_path, COLUMNS, resume_step=2, tensorboard=False, text_columns=("note",))
     shutil.copy(tmp_path / "progress.csv", tmp_path / "short.csv")
     (tmp_path / "progress.csv").write_text("epoch,loss,note\n1,1.0,e1\n")
     with pytest.raises(ProgressLogError, match="Received: 1 row"):

@@ -5,27 +5,38 @@ Each application's ``__main__`` builds its parser with :func:`command_parser`, g
 time limit and the settings of :func:`~keras_structured.applications.training_runs.check_run_settings`)
 and adds the ``time`` command (:func:`add_time_command`); ``train`` and ``time`` then run
 through :func:`train_command` and :func:`time_command`. Option types refuse values that
-cannot work when they are parsed, naming the option (:mod:`keras_structured.command_line`).
+cannot work when they are parsed, naming the option, and the ``__main__`` runs the command with
+:func:`keras_structured.command_line.run_command`, which prints a user error as one message
+(exit status 2) unless ``--debug``, an option of every command, asks for the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 from collections.abc import Callable
 from typing import Any
 
-from keras_structured.command_line import integer, number
+from keras_structured.command_line import add_debug_option, integer, number
 
 #: Option types: integers at least 0 and at least 1, positive numbers.
 AT_LEAST_ZERO, AT_LEAST_ONE = integer(minimum=0), integer(minimum=1)
 POSITIVE = number(minimum=0, open_minimum=True)
 
 
+def _subcommand(**options) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` shows the defaults, with ``--debug``."""
+    command = argparse.ArgumentParser(
+        **{"formatter_class": argparse.ArgumentDefaultsHelpFormatter, **options}
+    )
+    add_debug_option(command, subcommand=True)
+    return command
+
+
 def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, Any]:
-    """A parser with required subcommands; every command's ``--help`` shows the defaults.
+    """A parser with required subcommands; every command's ``--help`` shows the defaults, and
+    every command has ``--debug`` (:func:`~keras_structured.command_line.add_debug_option`).
 
     Args:
         prog: the command (``python -m ...``).
@@ -36,8 +47,8 @@ def command_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser
     """
     shows_defaults = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=shows_defaults)
-    subcommand = functools.partial(argparse.ArgumentParser, formatter_class=shows_defaults)
-    return parser, parser.add_subparsers(dest="command", required=True, parser_class=subcommand)
+    add_debug_option(parser)
+    return parser, parser.add_subparsers(dest="command", required=True, parser_class=_subcommand)
 
 
 def add_run_options(

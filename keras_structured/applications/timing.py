@@ -20,8 +20,10 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_structured.applications.training_runs import read_vocabulary
 from keras_structured.engine import SparseMAPConvergenceWarning
 from keras_structured.run_directory import make_directory, write_json
+from keras_structured.run_settings import read_json_object
 from keras_structured.validation import check_integer
 
 __all__ = ["interleaved_step_seconds", "load_checkpoints", "report_timings", "step_summary"]
@@ -112,7 +114,7 @@ def load_checkpoints(
             raise FileNotFoundError(
                 f"No checkpoint (checkpoint/model.keras) in the logdir. Received: logdir={str(logdir)!r}"
             )
-        vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
-        config = json.loads((logdir / "config.json").read_text())
+        vocabulary = read_vocabulary(logdir, vocabulary_class)
+        config = read_json_object(logdir / "config.json")
         runs.append((keras.models.load_model(model_path, custom_objects=custom_objects), vocabulary, config))
     return logdirs, steps, runs

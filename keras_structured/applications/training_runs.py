@@ -67,8 +67,9 @@ Leaving the ``with`` block, normally or by an error, releases the directory's lo
 from __future__ import annotations
 
 import dataclasses
-import json
+import errno
 import pathlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -86,7 +87,7 @@ from keras_structured.run_directory import (
     save_file,
     write_json,
 )
-from keras_structured.run_settings import check_resumed_settings
+from keras_structured.run_settings import check_resumed_settings, read_json_object, read_settings
 from keras_structured.tensorboard_scalars import EVENTS_PATTERN
 from keras_structured.validation import check_integer, check_number
 
@@ -136,6 +137,35 @@ def save_output(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) 
     return path
 
 
+def save_evaluation(logdir: str | pathlib.Path, split: str, result: dict) -> bool:
+    """Keep an evaluation in its run: ``{logdir}/eval_{split}.json``, written whole.
+
+    A run directory that cannot be written (read-only, another user's) keeps no copy: the
+    evaluation is computed and returned all the same, which its command prints, and a line on
+    standard error says that the file was not written. Any other failure to write raises.
+
+    Args:
+        logdir: the run directory.
+        split: the split evaluated.
+        result: the evaluation, a JSON-able dict.
+
+    Returns:
+        Whether the file was written.
+
+    Raises:
+        keras_structured.run_directory.UnsafePathError: the file is a symlink.
+    """
+    path = pathlib.Path(logdir) / f"eval_{split}.json"
+    try:
+        write_json(path, result)
+    except OSError as error:
+        if not isinstance(error, PermissionError) and error.errno != errno.EROFS:
+            raise
+        print(f"warning: {str(path)!r} not written ({error.strerror}): the run is read-only", file=sys.stderr)
+        return False
+    return True
+
+
 def epoch_seed(seed: int, epoch: int) -> int:
     """The seed of epoch ``epoch`` (from 0) of a run seeded with ``seed``.
 
@@ -150,7 +180,15 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _read_config(logdir: pathlib.Path, config_class: type):
-    return config_class(**json.loads((logdir / "config.json").read_text()))
+    """The run's settings (:func:`~keras_structured.run_settings.read_settings`: a damaged or
+    hand-edited ``config.json`` is refused, naming the file, the setting and the value)."""
+    return read_settings(logdir / "config.json", config_class)
+
+
+def read_vocabulary(logdir: pathlib.Path, vocabulary_class: type) -> Any:
+    """The run's vocabulary, ``vocabulary_class.from_config`` of its ``vocabulary.json``
+    (:func:`~keras_structured.run_settings.read_json_object`: a damaged file is refused, named)."""
+    return vocabulary_class.from_config(read_json_object(logdir / "vocabulary.json"))
 
 
 def finished(config: Any, state: dict) -> bool:
@@ -242,7 +280,7 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
         _check_resumed_settings(logdir, config)
         if incomplete:
             return None
-        return json.loads(state_path.read_text())
+        return read_json_object(state_path)
     held = [name for name in RUN_FILES if (logdir / name).exists()]
     if incomplete:
         raise FileExistsError(
@@ -408,7 +446,7 @@ class TrainingRun:
             keras_structured.progress_log.ProgressLogError: ``progress.csv`` lacks rows of
                 the checkpoint's epochs.
         """
-        vocabulary = vocabulary_class.from_config(json.loads((self.logdir / "vocabulary.json").read_text()))
+        vocabulary = read_vocabulary(self.logdir, vocabulary_class)
         model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
         self._log = ProgressLog(self.logdir, self._columns, resume_step=self.state["epoch"])
         settings = dataclasses.asdict(self.config)
@@ -560,5 +598,5 @@ def load_best(
         raise FileNotFoundError(
             f"No trained {what} (best.keras) in the logdir. Received: logdir={str(logdir)!r}"
         )
-    vocabulary = vocabulary_class.from_config(json.loads((logdir / "vocabulary.json").read_text()))
+    vocabulary = read_vocabulary(logdir, vocabulary_class)
     return keras.models.load_model(logdir / "best.keras"), vocabulary, _read_config(logdir, config_class)

@@ -26,7 +26,7 @@ from keras_structured.applications.run_commands import (
     time_command,
     train_command,
 )
-from keras_structured.command_line import number
+from keras_structured.command_line import number, run_command
 
 # The names, repeated here so that --help answers without building the models.
 _ATTENTIONS = ("softmax", "sequence", "matching")
@@ -166,10 +166,14 @@ def _time(args) -> None:
     time_command(args, time_training_steps)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+def _run(args) -> None:
     {"train": _train, "evaluate": _evaluate, "align": _align, "time": _time}[args.command](args)
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Run the command, raising its errors (``python -m`` prints a user error as one message)."""
+    _run(_parser().parse_args(argv))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(_parser(), _run, sys.argv[1:]))

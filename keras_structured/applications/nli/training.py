@@ -46,9 +46,9 @@ from keras_structured.applications.training_runs import (
     epoch_seed,
     load_best,
     reseed_dropout,
+    save_evaluation,
 )
 from keras_structured.engine import SparseMAPConvergenceWarning
-from keras_structured.run_directory import write_json
 from keras_structured.validation import check_integer, check_number
 
 PROGRESS_COLUMNS = (
@@ -345,14 +345,16 @@ def load_run(logdir) -> tuple[keras.Model, Vocabulary, NLIConfig]:
 
 def evaluate(logdir, split: str = "test", max_pairs: int | None = None) -> dict:
     """Accuracy and alignment sparsity (:func:`evaluate_pairs`) of a run's best model on
-    ``split`` (its first ``max_pairs`` pairs; None: all); also written to ``eval_{split}.json``."""
+    ``split`` (its first ``max_pairs`` pairs; None: all); also written to ``eval_{split}.json``
+    unless the run directory is read-only
+    (:func:`~keras_structured.applications.training_runs.save_evaluation`)."""
     check_integer("max_pairs", max_pairs, minimum=1, allow_none=True)
     logdir = pathlib.Path(logdir)
     model, vocabulary, config = load_run(logdir)
     pairs = read_sick(config.data, (split,))[split][:max_pairs]
     result = evaluate_pairs(model, vocabulary, pairs, 2 * config.batch_size)
     result.update(split=split, attention=config.attention)
-    write_json(logdir / f"eval_{split}.json", result)
+    save_evaluation(logdir, split, result)
     return result
 
 

@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -30,7 +31,7 @@ from keras_structured.applications.run_commands import (
     time_command,
     train_command,
 )
-from keras_structured.command_line import number
+from keras_structured.command_line import number, run_command
 
 # The loss names, repeated here so that --help answers without building the losses.
 _LOSSES = ("sparsemap", "margin_sparsemap", "crf", "hinge", "perceptron")
@@ -193,13 +194,22 @@ def _parser() -> argparse.ArgumentParser:
         "separated by whitespace, blank lines skipped), which only a run trained with --tag-column none "
         "can parse, text having no tags. Words and tags unseen in training are parsed as the unknown "
         "word and tag, and counted. --trees also writes, per sentence, the trees SparseMAP puts weight "
-        "on (one JSON line: index, sent_id, location, converged, trees as [{heads, weight}]). Existing "
+        "on (one JSON line: index, sent_id, location, converged, trees as [{heads, weight}]). A word "
+        "attached to the root gets a relation seen at the root in training (UD's root), another word one "
+        "seen below a word; --single-root decodes one root word per sentence. Existing "
         "files are replaced only with --overwrite; output paths may go through symlinked folders, and "
         "are checked before the parse starts. "
         "Without --input: one sentence of the run's treebank (--split, --index) is parsed and the trees "
         "SparseMAP puts weight on are printed, and drawn with --png.",
     )
     parse.add_argument("--logdir", required=True)
+    parse.add_argument(
+        "--single-root",
+        action=argparse.BooleanOptionalAction,
+        default=_NOT_GIVEN,
+        help="decode trees with exactly one word attached to the root (--no-single-root: any number; "
+        "if not given: as the run was trained, train --single-root)",
+    )
     source = parse.add_mutually_exclusive_group()
     source.add_argument("--input", default=None, help="the file to parse (CoNLL-U or text)")
     source.add_argument(
@@ -330,12 +340,23 @@ def _parse(args) -> None:
         _parse_file(args)
 
 
+def _load_parser(args):
+    """The run's model, vocabulary and configuration, its ``single_root`` replaced by
+    ``parse --single-root`` or ``--no-single-root`` when given."""
+    from keras_structured.applications.parsing.training import load_run
+
+    model, vocabulary, config = load_run(args.logdir)
+    if hasattr(args, "single_root"):
+        config = dataclasses.replace(config, single_root=args.single_root)
+    return model, vocabulary, config
+
+
 def _parse_split(args) -> None:
-    from keras_structured.applications.parsing.training import load_run, parse_sentence
+    from keras_structured.applications.parsing.training import parse_sentence
 
     split, index = getattr(args, "split", "dev"), getattr(args, "index", 0)
     max_trees = getattr(args, "max_trees", 6)
-    model, vocabulary, config = load_run(args.logdir)
+    model, vocabulary, config = _load_parser(args)
     sentence, trees = parse_sentence(model, vocabulary, config, split, index)
     print(" ".join(sentence.words))
     shown, rest = trees[:max_trees], trees[max_trees:]
@@ -368,7 +389,7 @@ def _unknown_counts(vocabulary, config, sentences) -> tuple[int, int | None]:
 
 def _parse_file(args) -> None:
     from keras_structured.applications.parsing import conllu_files
-    from keras_structured.applications.parsing.training import SPARSITY_MAX_ITER, load_run, parse_sentences
+    from keras_structured.applications.parsing.training import SPARSITY_MAX_ITER, parse_sentences
 
     if args.output is None:
         raise ValueError(
@@ -378,7 +399,7 @@ def _parse_file(args) -> None:
     file_format = getattr(args, "input_format", None) or conllu_files.input_format(args.input)
     conllu_files.check_outputs(args.input, {"--output": args.output, "--trees": args.trees}, args.overwrite)
     document = conllu_files.read_input(args.input, file_format)
-    model, vocabulary, config = load_run(args.logdir)
+    model, vocabulary, config = _load_parser(args)
     if file_format == "text" and config.tag_column != "none":
         raise ValueError(
             f"Text has no part-of-speech tags, and the run embeds {config.tag_column.upper()} tags: parse "
@@ -435,10 +456,14 @@ def _time(args) -> None:
     time_command(args, time_training_steps)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+def _run(args) -> None:
     {"train": _train, "evaluate": _evaluate, "parse": _parse, "time": _time}[args.command](args)
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Run the command, raising its errors (``python -m`` prints a user error as one message)."""
+    _run(_parser().parse_args(argv))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_command(_parser(), _run, sys.argv[1:]))

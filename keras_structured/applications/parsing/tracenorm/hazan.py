@@ -322,7 +322,9 @@ class HazanTrainer:
             DivergenceError: if the objective or the weights become NaN or infinite.
         """
         target = self.config.steps if steps is None else check_integer("steps", steps, minimum=0)
-        log = None if self.logdir is None else ProgressLog(self.logdir, PROGRESS_COLUMNS, self.step_count)
+        log = None
+        if self.logdir is not None:
+            log = ProgressLog(self.logdir, PROGRESS_COLUMNS, self.step_count, text_columns=("atom",))
         try:
             self._train(target, log, _progress_bar(target, self.step_count) if progress else None)
         finally:
