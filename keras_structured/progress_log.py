@@ -197,11 +197,11 @@ def rows_up_to(
         return []
     kept = _read_log(logdir, columns)[:step]
     for row_number, row in enumerate(kept, start=1):
+        for column in {step_column, *counters}:
+            _step_number(logdir, row_number, column, row.get(column, ""))
         for column, cell in row.items():
             if text_columns is not None and column not in text_columns:
                 _number(logdir, row_number, column, cell)
-        for column in {step_column, *counters}:
-            _step_number(logdir, row_number, column, row.get(column, ""))
     found = [row.get(step_column) for row in kept]
     expected = [str(i) for i in range(1, step + 1)]
     if found != expected:

@@ -1,6 +1,7 @@
 """The shared progress log, the resumed-settings rule and the folder swap of run directories."""
 
 import math
+import re
 import shutil
 
 import numpy as np
@@ -123,3 +124,113 @@ def test_a_folder_is_swapped_whole_and_a_half_done_swap_is_recovered(tmp_path):
     (tmp_path / "checkpoint.next").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(rd.UnsafePathError):
         rd.save_directory(folder, lambda new: None)
+
+
+# ------------------------------------------------------------------------ logs edited by hand
+
+NUMBERS = ("epoch", "loss", "accuracy")
+
+
+def _numbers_log(logdir, edit):
+    """A three-epoch log of numbers, edited by ``edit`` (bytes to bytes)."""
+    with ProgressLog(logdir, NUMBERS, tensorboard=False) as log:
+        for epoch in (1, 2, 3):
+            log.log({"epoch": epoch, "loss": 1.0 / epoch, "accuracy": 10.0 * epoch})
+    path = logdir / "progress.csv"
+    path.write_bytes(edit(path.read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda data: b"\xef\xbb\xbf" + data, id="byte-order mark"),
+        pytest.param(lambda data: data.replace(b"\r\n", b"\r\n\r\n", 2), id="blank lines"),
+        pytest.param(lambda data: data.replace(b"\r\n", b"\n"), id="Unix line ends"),
+    ],
+)
+def test_harmless_edits_of_a_log_are_read_as_written(edit, tmp_path):
+    _numbers_log(tmp_path, edit)
+    expected = [{"epoch": str(e), "loss": str(1.0 / e), "accuracy": str(10.0 * e)} for e in (1, 2, 3)]
+    assert read_rows(tmp_path) == expected
+    with ProgressLog(tmp_path, NUMBERS, resume_step=2, tensorboard=False) as log:
+        assert log.rows == expected[:2]
+    assert read_rows(tmp_path) == expected[:2]
+
+
+def _cells(row, column, value):
+    """Bytes that replace cell ``column`` of data row ``row`` (from 1) with ``value``."""
+
+    def edit(data):
+        lines = data.split(b"\r\n")
+        cells = lines[row].split(b",")
+        cells[column] = value
+        lines[row] = b",".join(cells)
+        return b"\r\n".join(lines)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        pytest.param(
+            lambda data: data.replace(b"loss", b"los", 1),
+            r"has columns this run's log does not.*Received: 'los'",
+            id="renamed column",
+        ),
+        pytest.param(
+            lambda data: data.replace(b"accuracy\r\n", b"accuracy,note\r\n").replace(b"0\r\n", b"0,x\r\n"),
+            r"has columns this run's log does not.*Received: 'note'",
+            id="unknown column",
+        ),
+        pytest.param(
+            _cells(2, 1, b"abc"), r"row 2: loss must be a number or empty.*Received: loss='abc'", id="text"
+        ),
+        pytest.param(
+            _cells(1, 0, b"one"), r"row 1: epoch must be a step number.*Received: epoch='one'", id="step"
+        ),
+        pytest.param(
+            _cells(2, 2, b"20.0,5"),
+            r"line 3 has 4 cells, and its header 3.*Received: '2,0.5,20.0,5'",
+            id="cells",
+        ),
+        pytest.param(
+            _cells(1, 1, b"\xff"), r"is not UTF-8 text. Received: the byte 0xff on line 2", id="non-UTF-8"
+        ),
+    ],
+)
+def test_a_log_edited_into_what_cannot_be_read_is_refused_naming_the_file_row_and_value(
+    edit, message, tmp_path
+):
+    path = _numbers_log(tmp_path, edit)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=re.escape(repr(str(path))) + ".*" + message):
+        ProgressLog(tmp_path, NUMBERS, resume_step=3, tensorboard=False)
+    assert path.read_bytes() == before
+
+
+def test_a_log_cut_short_keeps_its_whole_rows_and_a_resume_past_them_is_refused(tmp_path):
+    path = _numbers_log(tmp_path, lambda data: data[: data.index(b"\r\n3,") + 5])
+    assert [row["epoch"] for row in read_rows(tmp_path)] == ["1", "2"]  # the torn third row left out
+    with pytest.raises(ProgressLogError, match=r"epochs 1 to 3.*truncated.*Received: 2 row"):
+        ProgressLog(tmp_path, NUMBERS, resume_step=3, tensorboard=False)
+    path.write_bytes(b"epoch,lo")  # cut inside the header: no rows
+    assert read_rows(tmp_path) == []
+
+
+def test_readers_of_numbers_refuse_text_in_a_number_column_naming_it(tmp_path):
+    from benchmarks.resumable_runs import read_progress as benchmark_progress
+    from rl.logger import read_progress as rl_progress
+
+    path = _numbers_log(tmp_path, _cells(3, 2, b"n/a"))
+    message = (
+        re.escape(repr(str(path))) + r" row 3: accuracy must be a number or empty.*Received: accuracy='n/a'"
+    )
+    with pytest.raises(ValueError, match=message):
+        benchmark_progress(path)
+    path.write_bytes(
+        path.read_bytes().replace(b"epoch,loss,accuracy", b"iteration,global_step,charts/episodic_return")
+    )
+    with pytest.raises(ValueError, match=message.replace("accuracy", "charts/episodic_return")):
+        rl_progress(tmp_path)
