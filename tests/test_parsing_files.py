@@ -280,6 +280,34 @@ def test_a_word_only_run_parses_plain_text(treebank, tmp_path, capsys):
     assert all(relation == "_" for sentence in parsed for relation in sentence.relations)  # no labels
 
 
+def _roots(path: pathlib.Path) -> list[tuple[int, bool]]:
+    """Per sentence of a CoNLL-U file: how many words are attached to the root, and whether
+    exactly those words have the DEPREL ``root`` (as UD requires)."""
+    found = []
+    for block in path.read_text().strip().split("\n\n"):
+        words = [line.split("\t") for line in block.split("\n") if _is_word_line(line.split("\t"))]
+        at_root = [columns[6] == "0" for columns in words]
+        found.append((sum(at_root), at_root == [columns[7] == "root" for columns in words]))
+    return found
+
+
+def test_a_labelled_parse_is_valid_ud_and_single_root_on_request(run, treebank, tmp_path):
+    """Every word attached to the root is labelled ``root`` and no other word is; ``--single-root``
+    gives each sentence one such word; the default follows the run (trained without it), as
+    ``--no-single-root`` does."""
+    source = treebank / "en_sample-ud-dev.conllu"
+    outputs = {}
+    for option in ("", "--single-root", "--no-single-root"):
+        outputs[option] = tmp_path / f"out{option}.conllu"
+        argv = ["parse", "--logdir", str(run), "--input", str(source), "--output", str(outputs[option])]
+        main([*argv, *([option] if option else [])])
+        assert all(valid for _, valid in _roots(outputs[option]))
+    assert [count for count, _ in _roots(outputs["--single-root"])] == [1] * 6
+    assert max(count for count, _ in _roots(outputs[""])) > 1  # the run's own decoding
+    assert outputs[""].read_text() == outputs["--no-single-root"].read_text()
+    assert not json.loads((run / "config.json").read_text())["single_root"]
+
+
 def test_outputs_follow_symlinked_folders_and_are_checked_before_the_parse(run, tmp_path, monkeypatch):
     """``--output LINK/out.conllu`` (LINK a symlink to a folder) is written into the folder; an
     output that cannot be written is refused before the run is even loaded."""

@@ -287,6 +287,37 @@ def test_a_labelled_parser_fits_twenty_sentences(tmp_path):
     assert predict_relations(loaded, vocabulary, sentences, heads, 7) == relations
 
 
+@pytest.mark.parametrize("favoured", ["punct", "root"])
+def test_words_attached_to_the_root_get_the_relations_seen_there(favoured):
+    """Whatever relation the classifier favours, a word attached to the root (several per sentence
+    here) gets one seen at the root in training (``root``), and another word never ``root``:
+    the output is valid UD. The vocabulary keeps where each relation was seen, and a vocabulary
+    written before it did follows UD's rule."""
+    sentences = read_conllu(SAMPLE)[:4]
+    vocabulary = Vocabulary.from_sentences(sentences)
+    model = build_parser(
+        vocabulary.num_words, vocabulary.num_tags, num_relations=vocabulary.num_relations, **SMALL
+    )
+    output = model.get_layer("relation_scores").output_logits
+    bias = np.zeros(vocabulary.num_relations, np.float32)
+    bias[vocabulary.relation_id(favoured)] = 100.0
+    output.kernel.assign(np.zeros_like(output.kernel.numpy()))
+    output.bias.assign(bias)
+    heads = [
+        np.array([-1] + [0] * s.length) if i % 2 else np.arange(-1, s.length) for i, s in enumerate(sentences)
+    ]
+    relations = predict_relations(model, vocabulary, sentences, heads, 3)
+    for sentence_heads, sentence_relations in zip(heads, relations, strict=True):
+        for head, relation in zip(sentence_heads[1:], sentence_relations, strict=True):
+            assert (relation == "root") == (head == 0)
+            assert head == 0 or favoured == "root" or relation == favoured  # else the classifier's
+    config = vocabulary.get_config()
+    assert config["root_relations"] == ["root"] and "punct" in config["word_relations"]
+    assert "root" not in config["word_relations"]
+    del config["root_relations"], config["word_relations"]
+    assert Vocabulary.from_config(config) == vocabulary
+
+
 @pytest.fixture(scope="module")
 def treebank(tmp_path_factory) -> pathlib.Path:
     """The sample's shortest sentences as a treebank (read only): the 8 shortest to train on, the

@@ -52,7 +52,7 @@ from keras_structured.applications.parsing.model import (
     make_loss,
 )
 from keras_structured.applications.parsing.presets import PRESETS
-from keras_structured.applications.parsing.vocabulary import UNK_RELATION_ID, Vocabulary
+from keras_structured.applications.parsing.vocabulary import Vocabulary
 from keras_structured.applications.training_runs import (
     TrainingRun,
     check_run_settings,
@@ -283,13 +283,17 @@ def predict_relations(
 
     Returns:
         Per sentence, its ``n`` relations (full labels of the training data; never the
-        unknown relation, which no training word has).
+        unknown relation, which no training word has): for a word attached to the root, the
+        likeliest of the relations seen at the root in training (UD's ``root``), for another
+        word the likeliest of those seen below a word (:meth:`Vocabulary.relation_mask`).
     """
     relations = []
+    at_root, below_word = vocabulary.relation_mask(True), vocabulary.relation_mask(False)
     batches = make_dataset(sentences, vocabulary, batch_size, shuffle=False, labels=True, heads=heads)
     for inputs, _ in batches:
         logits = np.asarray(model.predict_on_batch(inputs)["labels"])
-        relations.extend(UNK_RELATION_ID + 1 + np.argmax(logits[..., UNK_RELATION_ID + 1 :], axis=-1))
+        allowed = np.where(np.asarray(inputs["heads"])[..., None] == 0, at_root, below_word)
+        relations.extend(np.argmax(np.where(allowed, logits, -np.inf), axis=-1))
     names = vocabulary.relations
     return [
         tuple(names[i] for i in ids[1 : s.length + 1]) for ids, s in zip(relations, sentences, strict=True)

@@ -13,6 +13,9 @@ id    name        use
 Dependency relations (the DEPREL column, full labels such as ``nmod:poss``) have ids of their
 own, for the arc-label classifier: ``0`` is ``<unk>`` (a relation not seen in training), the
 training relations follow from ``1``, and ``-1`` marks the root and the padding of a batch.
+The vocabulary also keeps where each relation was seen in training, attached to the root or
+to a word (:meth:`Vocabulary.relation_mask`): a word the parser attaches to the root is given
+a relation seen there (UD's ``root``), never ``punct``, and another word never ``root``.
 
 Word dropout (Kiperwasser & Goldberg, 2016, "Simple and Accurate Dependency Parsing
 Using Bidirectional LSTM Feature Representations") replaces, during training, a word
@@ -36,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_structured.applications.parsing.conllu_reader import TAG_COLUMNS, Sentence
+from keras_structured.applications.parsing.evaluation import universal_relation
 from keras_structured.validation import check_bool, check_integer, check_number, check_one_of
 
 __all__ = [
@@ -98,10 +102,16 @@ class Vocabulary:
         relations: the known dependency relations (full labels), given ids ``1, 2, ...`` in
             this order (id 0 is the unknown relation). A vocabulary written before relations
             were kept has none.
+        root_relations: the relations seen attached to the root in training, and
+        word_relations: those seen attached to a word (both subsets of ``relations``).
+            None (a vocabulary written before they were kept): UD's rule, that a word is
+            attached to the root if and only if its relation is ``root`` (subtypes such as
+            ``root:x`` included), or every relation when none is ``root``.
 
     Raises:
         ValueError: for repeated words, tags or relations, counts that are not one
-            non-negative integer per word, another ``tag_column``, or tags with ``"none"``.
+            non-negative integer per word, another ``tag_column``, tags with ``"none"``, or
+            root or word relations that are not among ``relations``.
 
     Example:
         >>> sentence = Sentence(("The", "dog", "barks"), ("DET", "NOUN", "VERB"),
@@ -124,6 +134,8 @@ class Vocabulary:
         collapse_numbers: bool = False,
         tag_column: str = "upos",
         relations: Sequence[str] = (),
+        root_relations: Sequence[str] | None = None,
+        word_relations: Sequence[str] | None = None,
     ) -> None:
         self._lowercase = check_bool("lowercase", lowercase)
         self._collapse_numbers = check_bool("collapse_numbers", collapse_numbers)
@@ -139,6 +151,19 @@ class Vocabulary:
         self._word_ids = _index(self._words, "words")
         self._tag_ids = _index(self._tags, "tags")
         self._relation_ids = _index(self._relations, "relations", first=UNK_RELATION_ID + 1)
+        if root_relations is None and word_relations is None:
+            at_root = [r for r in self._relations if universal_relation(r) == "root"]
+            root_relations = at_root or self._relations
+            word_relations = [r for r in self._relations if r not in at_root] if at_root else self._relations
+        self._positions = {}
+        for name, given in (("root_relations", root_relations), ("word_relations", word_relations)):
+            unknown = sorted(set(given or ()) - set(self._relations))
+            if given is None or unknown:
+                raise ValueError(
+                    f"{name} must list relations of the vocabulary, given with the other list. "
+                    f"Received: {name}={None if given is None else unknown[:10]}"
+                )
+            self._positions[name] = tuple(given)
         if counts is None:
             counts = [0] * len(self._words)
         counts = np.asarray(counts)
@@ -192,11 +217,15 @@ class Vocabulary:
         word_counts: collections.Counter = collections.Counter()
         tag_counts: collections.Counter = collections.Counter()
         relation_counts: collections.Counter = collections.Counter()
+        root_relations, word_relations = set(), set()
         for sentence in sentences:
             word_counts.update(map(empty.normalize, sentence.words))
             tag_counts.update(empty.sentence_tags(sentence))
             relation_counts.update(sentence.relations)
+            for head, relation in zip(sentence.heads[1:], sentence.relations, strict=True):
+                (root_relations if head == 0 else word_relations).add(relation)
         kept = [(word, count) for word, count in word_counts.most_common() if count >= min_count]
+        relations = [relation for relation, _ in relation_counts.most_common()]
         return cls(
             words=[word for word, _ in kept],
             tags=[tag for tag, _ in tag_counts.most_common()],
@@ -204,7 +233,9 @@ class Vocabulary:
             lowercase=lowercase,
             collapse_numbers=collapse_numbers,
             tag_column=tag_column,
-            relations=[relation for relation, _ in relation_counts.most_common()],
+            relations=relations,
+            root_relations=[relation for relation in relations if relation in root_relations],
+            word_relations=[relation for relation in relations if relation in word_relations],
         )
 
     @property
@@ -297,6 +328,22 @@ class Vocabulary:
         """The id of ``tag``, ``UNK_ID`` if unknown."""
         return self._tag_ids.get(tag, UNK_ID)
 
+    def relation_mask(self, at_root: bool) -> np.ndarray:
+        """Which relation ids a word may take: ``(num_relations,)`` booleans, True for the
+        relations seen in training attached to the root (``at_root``) or to a word; never the
+        unknown relation (id 0). When training saw none there, every known relation.
+
+        Example:
+            >>> vocabulary = Vocabulary([], [], relations=["punct", "root"], root_relations=["root"],
+            ...                         word_relations=["punct"])
+            >>> vocabulary.relation_mask(True).tolist(), vocabulary.relation_mask(False).tolist()
+            ([False, False, True], [False, True, False])
+        """
+        allowed = self._positions["root_relations" if at_root else "word_relations"] or self._relations
+        mask = np.zeros(self.num_relations, bool)
+        mask[[self._relation_ids[relation] for relation in allowed]] = True
+        return mask
+
     def relation_id(self, relation: str) -> int:
         """The id of the dependency relation ``relation`` (a full label), ``UNK_RELATION_ID`` (0)
         if unknown."""
@@ -337,8 +384,8 @@ class Vocabulary:
 
         Returns:
             ``{"words": [...], "tags": [...], "counts": [...], "lowercase": bool,
-            "collapse_numbers": bool, "tag_column": str, "relations": [...]}``, the reserved
-            ids left out.
+            "collapse_numbers": bool, "tag_column": str, "relations": [...],
+            "root_relations": [...], "word_relations": [...]}``, the reserved ids left out.
         """
         return {
             "words": list(self._words),
@@ -348,6 +395,8 @@ class Vocabulary:
             "collapse_numbers": self._collapse_numbers,
             "tag_column": self._tag_column,
             "relations": list(self._relations),
+            "root_relations": list(self._positions["root_relations"]),
+            "word_relations": list(self._positions["word_relations"]),
         }
 
     @classmethod
