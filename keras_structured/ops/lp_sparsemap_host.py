@@ -111,8 +111,7 @@ def value_specs(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSpars
 def forward(eta_u, eta_v, mask=None, *, graph: FactorGraph, options: LPSparseMAPOptions) -> tuple:
     """:func:`values`, then ``(*leading, 2)`` handles to the solutions, kept in :data:`SOLUTIONS`."""
     solutions = _solve(eta_u, eta_v, mask, graph, options)
-    nbytes = sum(solution.system.nbytes for solution in solutions)
-    handles = SOLUTIONS.put(solutions, len(solutions), nbytes)
+    handles = SOLUTIONS.put(solutions, len(solutions))
     return *_results(solutions, eta_u, eta_v), handles.reshape(_leading_shape(eta_u) + (2,))
 
 

@@ -119,14 +119,6 @@ class FaceSystem:
         self.regularized = (matrix - regularizer).tocsc()
         self.residual = 0.0
 
-    @property
-    def nbytes(self) -> int:
-        """The bytes of the arrays the system holds, ``K_delta``, the faces and the
-        right-hand side (to bound caches of solutions)."""
-        matrix = self.regularized
-        arrays = [matrix.data, matrix.indices, matrix.indptr, self.dual_rhs, self.absent]
-        return sum(array.nbytes for array in arrays + [array for face in self.faces for array in face])
-
     def solve(self, primal_rhs: np.ndarray, dual_rhs: np.ndarray) -> np.ndarray:
         """Solve ``K [y; lambda] = [primal_rhs; dual_rhs]`` for the primal part ``y``.
 

@@ -3,9 +3,13 @@
 A :class:`~keras_structured.ops.host_call.HostFunction` is one ``tf.numpy_function``
 (:func:`call_function`); with a VJP, it runs under ``tf.custom_gradient`` its ``forward``
 function, whose residuals the gradient function holds, and the gradient is a second call,
-of the VJP (itself differentiable when it declares a VJP). TensorFlow cannot tell whether a
-gradient will be asked for: a differentiable call always runs ``forward``
-(:func:`keras_structured.ops.host_call.values` runs ``function``).
+of the VJP (itself differentiable when it declares a VJP). A differentiable call always runs
+``forward`` (:func:`keras_structured.ops.host_call.values` runs ``function``); where no
+gradient tape records its arguments when it is traced (or called eagerly), as in Keras's
+``predict`` and ``evaluate`` steps, it runs it under :func:`~._store.discarding`, so that
+it keeps nothing on the host for a backward call that will not come. A ``tf.function``
+traced without a tape and then differentiated under one (the tape outside) does get its
+backward call, which then computes what it needs again from the arguments.
 
 SparseMAP keeps its own calls (:func:`solve_on_host`, :func:`decode_on_host`): the forward
 call returns the active set's factors as tensors (TensorFlow's results may have
@@ -20,11 +24,13 @@ from __future__ import annotations
 import functools
 
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 from keras_structured.engine import SolverOptions, Structure, solve
 from keras_structured.engine.jacobian import Support, jacobian_product
 from keras_structured.ops.host_call._functions import BoundCall, HostFunction, bind
 from keras_structured.ops.host_call._host import map_decode_arrays, pad_codes
+from keras_structured.ops.host_call._store import discarding
 from keras_structured.ops.invalid_inputs import raising_invalid_scores
 
 # The dtype of the solver, its Jacobian factors and their products.
@@ -184,14 +190,27 @@ def _call(bound: BoundCall, arrays: list) -> list[tf.Tensor]:
     return _differentiable(bound, arrays)
 
 
+def _discarding(function):
+    """``function`` run under :func:`~._store.discarding`."""
+
+    @functools.wraps(function)
+    def discarded(*arrays):
+        with discarding():
+            return function(*arrays)
+
+    return discarded
+
+
 def _differentiable(bound: BoundCall, arrays: list) -> list[tf.Tensor]:
     specs = bound.specs(*arrays)
     count, name = len(specs), bound.host.name
+    # (TensorFlow's public API cannot tell whether a tape records a tensor.)
+    forward = bound.forward if record.should_record_backprop(arrays) else _discarding(bound.forward)
 
     @tf.custom_gradient
     def differentiable(*arrays):
         arrays = list(arrays)
-        outputs = _numpy_call(bound.forward, arrays, specs + bound.residual_specs(*arrays), name)
+        outputs = _numpy_call(forward, arrays, specs + bound.residual_specs(*arrays), name)
         results, residuals = outputs[:count], outputs[count:]
 
         def grad(*upstream):
