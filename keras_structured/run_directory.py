@@ -400,7 +400,10 @@ class RunLock:
         while True:
             make_directory(self.logdir)
             _refuse_symlinks(self.path)
-            handle = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                handle = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            except FileNotFoundError:  # a holder that had made the folder deleted it on release: again
+                continue
             try:
                 _lock(handle)
             except OSError:
