@@ -7,6 +7,7 @@ own, without labels. Their trees are poor, which is no matter here: what is chec
 files hold, against counts made in the tests."""
 
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -337,6 +338,9 @@ def test_outputs_follow_symlinked_folders_and_are_checked_before_the_parse(run, 
     ]:
         with pytest.raises(error, match=match):
             main([*parse, "--output", str(output)])
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only folder, even for root
+    with pytest.raises(PermissionError, match=f"no permission to write into the folder '{tmp_path}'"):
+        main([*parse, "--output", str(tmp_path / "new" / "out.conllu")])
 
 
 def test_parse_leaves_no_temporary_file_and_a_run_no_lock_file(run, treebank, tmp_path):
