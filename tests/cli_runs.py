@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import pathlib
 import runpy
@@ -150,3 +151,18 @@ def run_script(path: str | os.PathLike, *args: str) -> None:
         sys.argv = argv
         sys.path[:] = sys_path
         keras.config.set_dtype_policy(policy)
+
+
+def make_read_only(monkeypatch, folder: pathlib.Path) -> None:
+    """Refuse, as a read-only disk does (``EROFS``), every file opened for writing under ``folder``
+    (the tests run as root, whom file permissions do not stop). Every writer of a run directory
+    opens its files with ``os.open``: the temporary files, the lock, the appended logs."""
+    folder, os_open = folder.resolve(), os.open
+
+    def refuse(path, flags, *args, **kwargs):
+        writes = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+        if writes and pathlib.Path(path).resolve().is_relative_to(folder):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)

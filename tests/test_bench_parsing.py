@@ -24,6 +24,7 @@ from benchmarks.run_plans import RunStatus
 from benchmarks.runner_core import SuiteRun, run_rounds
 from keras_structured.run_directory import RunLock, RunLockedError
 from tests.bench_fixtures import FakeCLI, arg_value
+from tests.cli_runs import make_read_only
 
 COLUMNS = (
     "epoch,loss,dev_uas,dev_uas_no_punct,sentences_per_s,trees_per_sentence,one_tree_fraction,epoch_seconds"
@@ -861,6 +862,15 @@ def test_report_compares_the_two_protocols_side_by_side(tmp_path):
     assert rows["hinge"][2] == "**71.10 ± 0.10** (2 seeds)" and rows["hinge"][5].startswith("ahead (+41.00")
     suites = [bench.ProtocolResults.read(root) for root in (paper, tuned)]
     assert bench._protocol_table(suites) == section.strip().splitlines()
+
+
+def test_report_refuses_a_read_only_root_before_making_anything(tmp_path, monkeypatch):
+    config = build_suite(tmp_path)
+    make_read_only(monkeypatch, tmp_path)
+    refused = r"report writes results.md and figures/ into the root, and .* cannot be written \(Read-only"
+    with pytest.raises(PermissionError, match=refused):
+        bench.RUNNER.write_report(tmp_path, config)
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "results.md").exists()
 
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):

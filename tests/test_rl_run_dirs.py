@@ -19,6 +19,7 @@ from rl.checkpoint import checkpoint_dirs, resolve_checkpoint, save_checkpoint
 from rl.cli import _json_line, _train_config, build_parser, main
 from rl.config import TrainConfig
 from rl.evaluation import evaluate
+from tests.cli_runs import make_read_only
 from tests.test_rl_cli import ROOT, _rows
 
 # CartPole batches are 4 x 128 = 512 steps; a checkpoint after every iteration.
@@ -98,6 +99,18 @@ def test_resume_refuses_settings_that_cannot_change_and_names_them(copy_of_finis
         for name in names:
             assert name in error, (argv, error)
     assert TrainConfig.load(copy_of_finished / "config.json").total_steps == LONG_STEPS
+
+
+def test_a_read_only_run_is_evaluated_and_a_resume_refused_before_anything(
+    copy_of_finished, monkeypatch, capsys
+):
+    make_read_only(monkeypatch, copy_of_finished)
+    assert main(["evaluate", "--checkpoint", str(copy_of_finished), "--episodes", "1", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) >= {"deterministic_mean", "stochastic_mean"}
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--resume", "--logdir", str(copy_of_finished), "--steps", str(2 * LONG_STEPS), *FAST])
+    stderr = capsys.readouterr().err
+    assert stop.value.code == 2 and f"Read-only file system: '{copy_of_finished / '.lock'}'" in stderr, stderr
 
 
 def test_the_library_trainer_refuses_a_logdir_holding_a_run(copy_of_finished):

@@ -28,7 +28,7 @@ from keras_structured.applications.parsing.__main__ import main as parser_main
 from keras_structured.applications.parsing.training import ParserConfig
 from keras_structured.divergence import DivergenceError
 from keras_structured.run_directory import RunLock, RunLockedError, UnsafePathError
-from tests.cli_runs import read_progress, sample_treebank, write_pairs
+from tests.cli_runs import make_read_only, read_progress, sample_treebank, write_pairs
 
 pytestmark = pytest.mark.filterwarnings("ignore::keras_structured.engine.SparseMAPConvergenceWarning")
 
@@ -175,6 +175,18 @@ def test_training_never_writes_the_sparsity_log_through_a_symlink(treebank, tmp_
     with pytest.raises(UnsafePathError, match="sparsity_dev.jsonl"):
         parser_main(parser_train(treebank, logdir))
     assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("command", ["parser", pytest.param("nli", marks=pytest.mark.slow)])  # nli: 11 s
+def test_evaluate_prints_its_result_on_a_read_only_run(command, request, monkeypatch, capsys):
+    logdir = request.getfixturevalue(f"{command}_copy")
+    main = {"parser": parser_main, "nli": nli_main}[command]
+    make_read_only(monkeypatch, logdir)
+    main(["evaluate", "--logdir", str(logdir), "--split", "test", "--json"])
+    printed = capsys.readouterr()
+    assert json.loads(printed.out.splitlines()[-1])["split"] == "test"
+    assert f"'{logdir / 'eval_test.json'}' not written (Read-only file system)" in printed.err
+    assert not (logdir / "eval_test.json").exists()
 
 
 # ------------------------------------------------------------------------------ 4. divergence
