@@ -427,7 +427,7 @@ def test_a_run_made_before_these_settings_loads_evaluates_and_resumes(treebank, 
     config = json.loads((logdir / "config.json").read_text())
     (logdir / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in NEW_FIELDS}))
     vocabulary = json.loads((logdir / "vocabulary.json").read_text())
-    del vocabulary["relations"]
+    del vocabulary["relations"], vocabulary["root_relations"], vocabulary["word_relations"]
     (logdir / "vocabulary.json").write_text(json.dumps(vocabulary))
     for model_file in (logdir / "best.keras", logdir / "checkpoint" / "model.keras"):
         _written_before(model_file)
