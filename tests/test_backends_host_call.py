@@ -6,7 +6,8 @@ behind handles (residuals) for its VJP, with an integer result that gets no cota
 and gradients equal TensorFlow's, eagerly and compiled (``jax.jit``,
 ``torch.compile(fullgraph=True)``), under ``jax.vmap`` (``"sequential"``: one host call per
 mapped element) and on PyTorch's ``meta`` device (the fake kernel); the store of handles is
-left empty, and a call without gradient keeps nothing. Each backend runs in its own process
+left empty, and a call without gradient keeps nothing. A host function's ``ValueError`` reaches
+an eager caller as raised, on the first call too. Each backend runs in its own process
 (``tests/backend_harness.py``); those not installed are skipped.
 """
 
@@ -83,6 +84,22 @@ SOFTMAX = host_call.host_function(
     residual_specs=lambda x, *, temperature: [(x.shape[:1] + (2,), "int32")],
     differentiable_results=(0,),
 )
+
+
+def _positive(x):
+    """``(sqrt(x),)``; a ``ValueError`` for negative ``x``, as the library's host checks raise."""
+    if (x < 0).any():
+        raise ValueError(f"x must be nonnegative. Received: x with {int((x < 0).sum())} negative values")
+    return (np.sqrt(x),)
+
+
+SQRT = host_call.host_function(
+    "tests_sqrt",
+    _positive,
+    lambda x: [(x.shape, x.dtype)],
+    vjp=lambda x, g: (g / (2 * np.sqrt(x)),),
+    differentiable=(0,),
+)
 X = np.random.default_rng(0).normal(size=(3, 4)).astype("float32")
 OFFSET = np.random.default_rng(1).normal(size=(3, 4)).astype("float32")
 
@@ -123,6 +140,29 @@ def host_call_values(compiled: bool = False) -> dict:
     }
 
 
+def host_errors() -> dict:
+    """The host function's ``ValueError`` reaches an eager caller as raised: on the first call
+    of the function, after a clean call of the same shapes, and when differentiated; under
+    ``jax.jit``, as the message of JAX's ``JaxRuntimeError``."""
+    message = r"^x must be nonnegative\. Received: x with 1 negative values"
+    negative = np.abs(X)
+    negative[1, 2] = -1.0
+    for x in (negative, np.abs(X), negative):  # first call, clean call, same shapes again
+        if (x < 0).any():
+            with pytest.raises(ValueError, match=message):
+                host_call.call(SQRT, x)
+        else:
+            host_call.call(SQRT, x)
+    with pytest.raises(ValueError, match=message):
+        value_and_vjp(lambda x: host_call.call(SQRT, x)[0], [negative], np.ones_like(X))
+    if keras.backend.backend() == "jax":
+        import jax
+
+        with pytest.raises(jax.errors.JaxRuntimeError, match="x must be nonnegative"):
+            jax.block_until_ready(jax.jit(lambda x: host_call.call(SQRT, x)[0])(negative))
+    return {}
+
+
 def jax_vmap() -> dict:
     """``jax.vmap`` (one host call per mapped element) of the value and its gradient."""
     import jax
@@ -155,12 +195,13 @@ def torch_compiled() -> dict:
 
 @pytest.mark.parametrize("backend", backend_params("jax", "torch"))
 def test_host_call_equals_tensorflow(backend, tmp_path):
-    calls = {"eager": f"{MODULE}:host_call_values"}
+    calls = {"errors": f"{MODULE}:host_errors", "eager": f"{MODULE}:host_call_values"}
     if backend == "jax":
         calls.update(jit=(f"{MODULE}:host_call_values", {"compiled": True}), vmap=f"{MODULE}:jax_vmap")
     else:
         calls["compiled"] = f"{MODULE}:torch_compiled"
     results = run_calls(backend, calls, tmp_path)
+    results["errors"]  # raises the backend's traceback if it failed
     expected = host_call_values()
     for name in [name for name in ("eager", "jit") if name in calls]:
         for key, want in expected.items():
@@ -182,6 +223,8 @@ def test_tensorflow_values_and_gradients():
     np.testing.assert_allclose(results["softmax/grad"], expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(results["without/out"][:, 4], X.sum(-1), rtol=1e-6)
     np.testing.assert_array_equal(results["argmax"], X.argmax(-1))
+    with pytest.raises(ValueError, match="x must be nonnegative"):  # eager: as raised
+        host_call.call(SQRT, -np.abs(X))
     compiled = host_call_values(compiled=True)
     for key, value in results.items():
         np.testing.assert_allclose(compiled[key], value, rtol=1e-6, err_msg=key)

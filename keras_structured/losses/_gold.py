@@ -11,8 +11,9 @@ PyTorch, whose fake kernel gives the result shapes without a host call (``torch.
 Keras's shape inference on the ``meta`` device).
 
 Invalid codes raise :class:`~keras_structured.ops.invalid_inputs.InvalidScoresError` from the
-host function: ``tf.errors.InvalidArgumentError`` on TensorFlow, the same error on PyTorch, and
-on JAX inside the ``JaxRuntimeError`` of the callback, its message included. The lengths come
+host function: ``tf.errors.InvalidArgumentError`` on TensorFlow, the same error on PyTorch and
+eagerly on JAX, and under ``jax.jit`` inside the ``JaxRuntimeError`` of the callback, its
+message included. The lengths come
 back out of the same call, so that nothing reads them before the codes they were taken from
 are checked.
 """

@@ -44,9 +44,9 @@ labels (an index out of range, ``-1`` inside a sequence, heads that do not form 
 tree, a column matched twice, a budget exceeded) raise
 ``tf.errors.InvalidArgumentError`` at run time, naming the first invalid example:
 the structure's ``validate_codes`` checks them where they are read, and the CRF
-losses check them with assertions. On PyTorch the SparseMAP and MAP losses raise the
-same error (also a ``ValueError``); on JAX its message comes inside the
-``JaxRuntimeError`` of the host callback, under ``jax.jit`` too.
+losses check them with assertions. On PyTorch and eagerly on JAX the SparseMAP and MAP
+losses raise the same error (also a ``ValueError``); under ``jax.jit`` its message comes
+inside the ``JaxRuntimeError`` of the host callback.
 
 Scores ``y_pred`` are split into ``(eta_u, eta_v)`` by the structure's
 ``split_scores``: for sequences, the packed ``(batch, n, K, K + 1)`` tensor of

@@ -45,8 +45,8 @@ def map_decode(structure: Structure, eta_u, eta_v=None, lengths=None):
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, bad
             lengths, or when ``-inf`` scores rule out every structure of an example
             (an :class:`~keras_structured.ops.sparsemap_op.InvalidScoresError`,
-            also a ``ValueError``, in eager mode; on PyTorch the same error; on JAX,
-            inside the ``JaxRuntimeError`` of the host callback).
+            also a ``ValueError``, in eager mode; on PyTorch and eagerly on JAX the same
+            error; under ``jax.jit``, inside the ``JaxRuntimeError`` of the host callback).
 
     Example:
         >>> from keras_structured.engine import SequenceStructure

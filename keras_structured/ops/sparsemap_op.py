@@ -154,7 +154,8 @@ def sparsemap(
         tf.errors.InvalidArgumentError: at run time, for NaN or +inf scores, or when
             ``-inf`` scores (forbidden parts) rule out every structure (an
             :class:`InvalidScoresError`, also a ``ValueError``, in eager mode; on PyTorch
-            the same error; on JAX, inside the ``JaxRuntimeError`` of the host callback).
+            and eagerly on JAX the same error; under ``jax.jit``, inside the
+            ``JaxRuntimeError`` of the host callback).
 
     Example:
         >>> from keras_structured.engine import SimplexStructure

@@ -2,7 +2,11 @@
 
 A :class:`~keras_structured.ops.host_call.HostFunction` is one callback
 (:func:`call_function`) with the ``vmap_method`` it declares. Traced by ``jax.jit`` (the
-Keras JAX trainer jits its steps), the callbacks become host calls of the compiled step.
+Keras JAX trainer jits its steps), the callbacks become host calls of the compiled step; an
+error the host function raises there reaches the caller as JAX's ``JaxRuntimeError``, its
+message after ``"INTERNAL: CpuCallback error"``. Called on concrete arrays (eagerly, and in
+``jax.grad`` or ``jax.vjp`` outside ``jax.jit``, whose rules get concrete values), the host
+function runs at once, without a callback, and its errors reach the caller as raised.
 With a VJP, the call is a ``jax.custom_vjp``: its forward rule calls ``forward`` (the results,
 then residuals such as handles to what the host keeps), its backward rule the VJP, a second
 callback, with the arguments, the residuals and the cotangents of the differentiable results
@@ -75,6 +79,12 @@ def _host_function(bound: BoundCall, forward: bool):
 
 
 def _callback(bound: BoundCall, arrays, forward: bool = False) -> tuple:
+    """The results of ``bound``'s function (or forward function): called now on concrete
+    arrays, so that its errors reach the caller as raised (a ``jax.pure_callback`` run eagerly
+    raises ``JaxRuntimeError`` instead, the error's traceback in its message), and by a
+    callback of the computation being traced otherwise."""
+    if not traced(*arrays):
+        return tuple(jnp.asarray(result) for result in _host_function(bound, forward)(*arrays))
     specs = bound.specs(*arrays) + (bound.residual_specs(*arrays) if forward else [])
     return jax.pure_callback(
         _host_function(bound, forward), _canonical(specs), *arrays, vmap_method=bound.host.vmap_method
