@@ -130,9 +130,20 @@ def crf_values(dtype: str = "float32", compiled: bool = False, order: str = "all
 
 
 def invalid_inputs() -> dict:
-    """Eagerly, lengths outside ``[0, n]`` and labels that are not sequences or trees raise a
-    ``ValueError`` naming the argument; under ``jax.jit`` the examples' values are NaN."""
+    """Eagerly, lengths outside ``[0, n]``, labels that are not sequences or trees, and NaN or
+    ``+inf`` scores raise a ``ValueError`` naming the argument (the tree's scores first: the
+    first call of its host check); under ``jax.jit`` the examples' values are NaN, except for
+    the tree's scores, whose host check raises JAX's ``JaxRuntimeError`` holding its message."""
     chain, tree = np.zeros((2, 3, 2), "float32"), np.zeros((2, 4, 4), "float32")
+    bad_tree, bad_chain = tree.copy(), chain.copy()
+    bad_tree[1, 3, 1], bad_chain[1, 1, 0] = np.nan, np.inf
+    bad_packed = pack_sequence_scores(bad_chain, np.zeros((2, 2), "float32"))
+    tree_message = r"^Tree CRF arc scores must not be NaN or \+inf .* Received: scores\[1\]"
+    for _ in range(2):  # the first call and a later one
+        with pytest.raises(ValueError, match=tree_message):
+            ks.tree_crf_loss(np.array([[-1, 0, 1, 2], [-1, 0, 1, 2]]), bad_tree)
+        with pytest.raises(ValueError, match=r"^Linear-chain CRF scores must not be NaN or \+inf .*: 1$"):
+            ks.linear_chain_crf_loss(np.array([[0, 1, 1], [0, 1, 1]]), bad_packed)
     for op in (
         lambda lengths: linear_chain_crf_log_partition(chain, np.zeros((2, 2), "float32"), lengths=lengths),
         lambda lengths: tree_crf_log_partition(tree, lengths),
@@ -151,6 +162,9 @@ def invalid_inputs() -> dict:
 
         results["jit_log_z"] = jax.jit(lambda s, n: tree_crf_log_partition(s, n))(tree, np.array([3, 4]))
         results["jit_loss"] = jax.jit(ks.tree_crf_loss)(np.array([[-1, 0, 1, 2], [-1, 0, 3, 2]]), tree)
+        results["jit_chain_scores"] = jax.jit(ks.linear_chain_crf_loss)(np.array([[0, 1, 1]] * 2), bad_packed)
+        with pytest.raises(jax.errors.JaxRuntimeError, match=tree_message[1:]):
+            jax.block_until_ready(jax.jit(tree_crf_log_partition)(bad_tree))
     return results
 
 
@@ -306,6 +320,7 @@ def test_invalid_inputs_raise_eagerly_and_give_nan_under_jit(backend, backend_ru
     if backend == "jax":
         assert np.isfinite(results["jit_log_z"][0]) and np.isnan(results["jit_log_z"][1])
         assert np.isfinite(results["jit_loss"][0]) and np.isnan(results["jit_loss"][1])
+        assert np.isfinite(results["jit_chain_scores"][0]) and np.isnan(results["jit_chain_scores"][1])
 
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)

@@ -7,12 +7,14 @@ import pytest
 import tensorflow as tf
 from scipy.special import logsumexp
 
+import keras_structured as ks
 from keras_structured.ops.crf import (
     linear_chain_crf_log_partition,
     linear_chain_crf_marginals,
     tree_crf_log_partition,
     tree_crf_marginals,
 )
+from keras_structured.ops.sequence_scores import pack_sequence_scores
 
 
 def dependency_trees(num_words: int, single_root: bool = False) -> np.ndarray:
@@ -299,3 +301,39 @@ def test_tree_marginals_in_a_graph_are_finite_for_long_sentences_and_low_root_sc
             np.testing.assert_allclose(mu[b].sum(0)[1 : length + 1], 1.0, atol=1e-4)
         if single_root:
             np.testing.assert_allclose(mu[:, 0].sum(1), 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_plus_inf_scores_raise_eagerly_and_in_graphs_and_give_nan_under_xla(bad):
+    rng = np.random.default_rng(7)
+    lengths = tf.constant([3, 2])
+    arcs = rng.normal(size=(2, 4, 4))
+    arcs[1, 2, 1] = bad  # an arc of sentence 1, in none of the trees below
+    unary = rng.normal(size=(2, 3, 2))
+    unary[1, 1, 0] = bad  # inside sequence 1
+    tree_message = r"Tree CRF arc scores must not be NaN or \+inf .* Received: scores\[1\] with 1 "
+    chain_message = r"Linear-chain CRF scores must not be NaN or \+inf .* this many examples:\W*1\b"
+    cases = {
+        tree_message: lambda arcs, unary: tree_crf_log_partition(arcs, lengths),
+        f"{tree_message}.*": lambda arcs, unary: ks.tree_crf_loss([[-1, 0, 1, 1], [-1, 0, 1, -1]], arcs),
+        chain_message: lambda arcs, unary: linear_chain_crf_log_partition(
+            unary, np.zeros((2, 2)), lengths=lengths
+        ),
+        f"{chain_message}.*": lambda arcs, unary: ks.linear_chain_crf_loss(
+            [[0, 1, 1], [0, 1, 1]], pack_sequence_scores(unary, np.zeros((2, 2)))
+        ),
+    }
+    for message, function in cases.items():
+        for run in (function, tf.function(function)):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                run(arcs, unary)
+        # XLA drops the checks: the bad example's value is NaN, the other's unchanged.
+        value = tf.function(function, jit_compile=True)(arcs, unary).numpy()
+        assert np.isfinite(value[0]) and np.isnan(value[1]), (message, value)
+    # Where no structure uses them (padding, past the last word), they are ignored.
+    arcs[1, 2, 1], arcs[1, 3, 1], unary[1, 1, 0], unary[1, 2, 0] = 0.0, bad, 0.0, bad
+    assert np.isfinite(tree_crf_log_partition(arcs, lengths - 1).numpy()).all()
+    assert np.isfinite(linear_chain_crf_log_partition(unary, np.zeros((2, 2)), lengths=lengths).numpy()).all()
+    start = np.array([[0.0, 0.0], [0.0, bad]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=chain_message):
+        linear_chain_crf_log_partition(unary, np.zeros((2, 2)), start=start, lengths=lengths)

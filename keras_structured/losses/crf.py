@@ -6,10 +6,12 @@ gold structure's indicator vectors ``a``, with gradient ``marginals - a``. Writt
 ``keras.ops``: the linear chain runs in the backend's ops, the tree CRF calls a compiled
 kernel on the host (or, inside XLA, its elimination in ``keras.ops``); both compile with XLA
 on TensorFlow and with ``jax.jit``. Labels are tag sequences ``(batch, n)`` and head vectors
-``(batch, n + 1)``, ``-1`` marking the root and the padding at the end. Invalid labels raise
-``tf.errors.InvalidArgumentError`` on TensorFlow and ``ValueError`` on JAX and PyTorch, naming
-the first invalid example; where values cannot be checked (``jax.jit``, XLA) the loss of an
-invalid example is NaN.
+``(batch, n + 1)``, ``-1`` marking the root and the padding at the end. Invalid labels, and
+NaN or ``+inf`` scores where a structure uses them, raise ``tf.errors.InvalidArgumentError``
+on TensorFlow and ``ValueError`` on JAX and PyTorch (the labels naming the first invalid
+example); where values cannot be checked (``jax.jit``, XLA) the loss of an invalid example is
+NaN, except that the tree's scores, checked on the host
+(:func:`keras_structured.ops.crf.tree_crf_log_partition`), raise under ``jax.jit`` too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from keras import ops
 from keras_structured.losses.per_example import PerExampleLoss, check_labels, inner, lengths_from_codes
 from keras_structured.ops.crf import linear_chain_crf_log_partition, tree_crf_log_partition
 from keras_structured.ops.dtypes import compute_dtype
-from keras_structured.ops.invalid_inputs import checked
+from keras_structured.ops.invalid_inputs import checked, nan_where_invalid
 from keras_structured.ops.sequence_scores import unpack_sequence_scores
 
 
@@ -67,11 +69,17 @@ def _checked_heads(heads, single_root: bool):
     # Pointer doubling: after k steps every position points at its 2^k-th ancestor
     # (the root and padding point at 0), so words off a cycle end at the root.
     ancestors = ops.where(valid, ops.maximum(heads, 0), 0)
-    _, ancestors = ops.while_loop(
-        lambda reach, _: reach < size,
-        lambda reach, ancestors: (2 * reach, ops.take_along_axis(ancestors, ancestors, axis=1)),
-        (1, ancestors),
-    )
+    if isinstance(size, int):
+        # A known size, ceil(log2(size)) steps: a loop Python unrolls, which PyTorch's ``meta``
+        # tensors (Keras's shape inference) can run, unlike a loop on a tensor condition.
+        for _ in range(max(size - 1, 0).bit_length()):
+            ancestors = ops.take_along_axis(ancestors, ancestors, axis=1)
+    else:  # a TensorFlow graph's size known only at run time
+        _, ancestors = ops.while_loop(
+            lambda reach, _: reach < size,
+            lambda reach, ancestors: (2 * reach, ops.take_along_axis(ancestors, ancestors, axis=1)),
+            (1, ancestors),
+        )
     trees = ops.all(ops.logical_and(valid, ops.equal(ancestors, 0)), axis=1)
     expected = (
         "head vectors: -1 at the root (position 0) and past the last word, and for every "
@@ -82,11 +90,6 @@ def _checked_heads(heads, single_root: bool):
         trees = ops.logical_and(trees, ops.equal(root_children, ops.minimum(words[:, 0], 1)))
         expected += " and exactly one word attached to the root"
     return _checked_labels(heads, trees, expected), trees
-
-
-def _nan_where_invalid(losses, valid):
-    """The losses, NaN for the examples whose labels failed a check that could not raise."""
-    return ops.where(valid, losses, ops.full_like(losses, float("nan")))
 
 
 def linear_chain_crf_loss(y_true, y_pred):
@@ -107,8 +110,9 @@ def linear_chain_crf_loss(y_true, y_pred):
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for labels out of
-            range or ``-1`` inside a sequence (``ValueError`` on JAX and PyTorch, where the
-            values are known; elsewhere the example's loss is NaN).
+            range or ``-1`` inside a sequence, or NaN or ``+inf`` scores inside a sequence
+            (``ValueError`` on JAX and PyTorch, where the values are known; elsewhere the
+            example's loss is NaN).
 
     Example:
         >>> from keras_structured.ops import pack_sequence_scores
@@ -128,7 +132,7 @@ def linear_chain_crf_loss(y_true, y_pred):
     log_z = linear_chain_crf_log_partition(unary, pairwise, lengths=lengths)
     # relu rather than maximum, which computes float64 in float32 on PyTorch (Keras 3.15).
     losses = ops.relu(log_z - inner(unary, gold_m) - inner(pairwise, gold_n))
-    return _nan_where_invalid(losses, valid)
+    return nan_where_invalid(losses, valid)
 
 
 def tree_crf_loss(y_true, y_pred, single_root: bool = False):
@@ -151,7 +155,9 @@ def tree_crf_loss(y_true, y_pred, single_root: bool = False):
         ValueError: at trace time, for labels or scores of the wrong shape.
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for heads that are
             not trees (``ValueError`` on JAX and PyTorch, where the values are known;
-            elsewhere the example's loss is NaN).
+            elsewhere the example's loss is NaN), and on every backend for NaN or ``+inf``
+            scores on an arc of a sentence (an ``InvalidScoresError``, also a
+            ``ValueError``; see :func:`keras_structured.ops.crf.tree_crf_log_partition`).
 
     Example:
         >>> round(float(tree_crf_loss([[-1, 0, 1]], tf.zeros([1, 3, 3]))[0]), 4)  # log(3)
@@ -165,7 +171,7 @@ def tree_crf_loss(y_true, y_pred, single_root: bool = False):
     heads, valid = _checked_heads(heads, single_root)
     gold = ops.one_hot(heads, ops.shape(scores)[-1], axis=1, dtype=scores.dtype)  # [head, modifier]
     log_z = tree_crf_log_partition(scores, lengths_from_codes(heads), single_root=single_root)
-    return _nan_where_invalid(ops.relu(log_z - inner(scores, gold)), valid)
+    return nan_where_invalid(ops.relu(log_z - inner(scores, gold)), valid)
 
 
 @keras.saving.register_keras_serializable(package="keras_structured")
@@ -195,8 +201,9 @@ class LinearChainCRFLoss(PerExampleLoss):
     Raises:
         ValueError: at trace time, for labels or scores of the wrong shape.
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for labels out of
-            range or ``-1`` inside a sequence (``ValueError`` on JAX and PyTorch, where the
-            values are known; elsewhere the example's loss is NaN).
+            range or ``-1`` inside a sequence, or NaN or ``+inf`` scores inside a sequence
+            (``ValueError`` on JAX and PyTorch, where the values are known; elsewhere the
+            example's loss is NaN).
 
     Example:
         >>> from keras_structured.ops import pack_sequence_scores
@@ -240,7 +247,9 @@ class TreeCRFLoss(PerExampleLoss):
         ValueError: at trace time, for labels or scores of the wrong shape.
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for heads that are
             not trees (``ValueError`` on JAX and PyTorch, where the values are known;
-            elsewhere the example's loss is NaN).
+            elsewhere the example's loss is NaN), and on every backend for NaN or ``+inf``
+            scores on an arc of a sentence (an ``InvalidScoresError``, also a
+            ``ValueError``; see :func:`keras_structured.ops.crf.tree_crf_log_partition`).
 
     Example:
         >>> round(float(TreeCRFLoss()([[-1, 0, 1]], tf.zeros([1, 3, 3]))), 4)  # log(3)

@@ -22,9 +22,13 @@ structures are covered:
   ``log Z`` (the gradient of the marginals) on every backend.
 
 Half-precision inputs are computed in float32 (the results keep that dtype). Lengths
-outside ``[0, n]`` raise ``tf.errors.InvalidArgumentError`` on TensorFlow and ``ValueError``
-on JAX and PyTorch when their values are known; where they are not (``jax.jit``, XLA) the
-offending examples get a NaN ``log Z``.
+outside ``[0, n]`` and NaN or ``+inf`` scores where a structure uses them (``-inf`` forbids a
+part) raise ``tf.errors.InvalidArgumentError`` on TensorFlow and ``ValueError`` on JAX and
+PyTorch when their values are known; where they are not (``jax.jit``, XLA) the offending
+examples get a NaN ``log Z``. The tree's scores are checked on the host, by its kernel's call
+(:mod:`keras_structured.ops.matrix_tree_host`): they raise
+:class:`~keras_structured.ops.invalid_inputs.InvalidScoresError` (both errors) wherever the
+kernel runs, under ``jax.jit`` as the message of JAX's ``JaxRuntimeError``; only XLA gives NaN.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from keras import ops
 from keras_structured.engine import matrix_tree
 from keras_structured.ops.dtypes import compute_dtype, integer_lengths
 from keras_structured.ops.host_call import call
-from keras_structured.ops.invalid_inputs import checked
-from keras_structured.ops.matrix_tree_host import TREE_CRF
+from keras_structured.ops.invalid_inputs import checked, nan_where_invalid
+from keras_structured.ops.matrix_tree_host import TREE_CRF, checked_factorize
 from keras_structured.ops.portable_sparsemap import solver_dtype
 from keras_structured.ops.sequence_scores import pack_sequence_scores, unpack_sequence_scores
 from keras_structured.ops.xla import _in_xla_context
@@ -45,6 +49,11 @@ from keras_structured.ops.xla import _in_xla_context
 _INVALID_LENGTHS = (
     "lengths must be in [0, n], n the number of positions (words for trees). "
     "Received: lengths with this many values outside:"
+)
+_INVALID_CHAIN_SCORES = (
+    "Linear-chain CRF scores must not be NaN or +inf where a sequence uses them (-inf forbids "
+    "a label or a transition). Received: unary, transition, start or end scores with NaN or "
+    "+inf values in this many examples:"
 )
 
 
@@ -93,8 +102,8 @@ def _checked_lengths(lengths, scores, size):
     also at run time in TensorFlow graphs); elsewhere the callers return NaN for ``~valid``.
     """
     batch = ops.shape(scores)[0]
-    if lengths is None:
-        return ops.full((batch,), size, "int32"), ops.ones((batch,), "bool")
+    if lengths is None:  # zeros plus size: ``ops.full`` reads its fill value back on ``meta``
+        return ops.zeros((batch,), "int32") + size, ops.ones((batch,), "bool")
     lengths = integer_lengths(lengths)
     vector = len(lengths.shape) == 1
     if not vector or None not in (lengths.shape[0], scores.shape[0]) and lengths.shape[0] != scores.shape[0]:
@@ -106,10 +115,6 @@ def _checked_lengths(lengths, scores, size):
     outside = ops.sum(ops.cast(ops.logical_not(valid), "int32"))
     lengths = checked(lengths, ops.all(valid), _INVALID_LENGTHS, outside)
     return ops.clip(lengths, 0, size), valid
-
-
-def _nan_where_invalid(log_z, valid):
-    return ops.where(valid, log_z, ops.full_like(log_z, float("nan")))
 
 
 def _fold(body, state: tuple, start, stop) -> tuple:
@@ -132,7 +137,8 @@ def _fold(body, state: tuple, start, stop) -> tuple:
 
 def _chain_inputs(unary, transitions, start, end, lengths):
     """Validated ``(unary, pairwise (batch, n - 1, K, K), start, end, lengths, valid)`` in a
-    common dtype."""
+    common dtype; ``valid`` is False for the examples with invalid lengths or scores, which
+    raise where values can be read (:func:`keras_structured.ops.invalid_inputs.checked`)."""
     unary = ops.convert_to_tensor(unary)
     if len(unary.shape) != 3 or unary.shape[1] == 0:
         raise ValueError(
@@ -162,7 +168,26 @@ def _chain_inputs(unary, transitions, start, end, lengths):
                 f"Received: {name}.shape={scores.shape}"
             )
         boundary.append(ops.broadcast_to(scores, (batch, num_labels)))
-    return unary, pairwise, *boundary, *_checked_lengths(lengths, unary, ops.shape(unary)[1])
+    lengths, valid = _checked_lengths(lengths, unary, ops.shape(unary)[1])
+    finite = _valid_chain_scores(unary, pairwise, *boundary, lengths)
+    count = ops.sum(ops.cast(ops.logical_not(finite), "int32"))
+    unary = checked(unary, ops.all(finite), _INVALID_CHAIN_SCORES, count)
+    return unary, pairwise, *boundary, lengths, ops.logical_and(valid, finite)
+
+
+def _nan_or_posinf(scores):
+    return ops.logical_or(ops.isnan(scores), ops.isposinf(scores))
+
+
+def _valid_chain_scores(unary, pairwise, start, end, lengths):
+    """``(batch,)``: whether the scores that an example's label sequences use (its positions,
+    the transitions between them, the boundary scores of a nonempty one) are free of NaN and
+    ``+inf``."""
+    used = ops.arange(ops.shape(unary)[1], dtype="int32")[None, :] < lengths[:, None]
+    bad = ops.any(_nan_or_posinf(unary) & used[:, :, None], axis=(1, 2))
+    bad = bad | ops.any(_nan_or_posinf(pairwise) & used[:, 1:, None, None], axis=(1, 2, 3))
+    bad = bad | (ops.any(_nan_or_posinf(start) | _nan_or_posinf(end), axis=1) & (lengths > 0))
+    return ops.logical_not(bad)
 
 
 def _forward(unary, pairwise, start, end, lengths):
@@ -206,10 +231,11 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
 
     Raises:
         ValueError: at trace time, for shapes that do not fit, or lengths of a
-            non-integer dtype; on JAX and PyTorch also for lengths outside ``[0, n]``
-            when their values are known (elsewhere their ``log Z`` is NaN).
+            non-integer dtype; on JAX and PyTorch also for lengths outside ``[0, n]``, or
+            NaN or ``+inf`` scores within an example's length, when their values are known
+            (elsewhere, under ``jax.jit`` and XLA, their ``log Z`` is NaN).
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for lengths outside
-            ``[0, n]``.
+            ``[0, n]`` or NaN or ``+inf`` scores within an example's length.
 
     Example:
         >>> # Zero scores: log Z = log(number of sequences) = log(2 ** 3).
@@ -218,7 +244,7 @@ def linear_chain_crf_log_partition(unary, transitions, start=None, end=None, len
         8.0
     """
     *inputs, valid = _chain_inputs(unary, transitions, start, end, lengths)
-    return _nan_where_invalid(_forward(*inputs), valid)
+    return nan_where_invalid(_forward(*inputs), valid)
 
 
 def linear_chain_crf_marginals(unary, transitions, start=None, end=None, lengths=None):
@@ -360,7 +386,9 @@ def _eliminated_log_partition(scores, lengths, single_root):
     log_z = log_det - offset
     if single_root:
         log_z = ops.where(log_z > floor, log_z, ops.full_like(log_z, neg_inf))
-    return ops.cast(log_z, result_dtype)
+    # NaN or +inf on an arc of a sentence: NaN (the kernel raises; under XLA nothing can).
+    finite = ~ops.any(_nan_or_posinf(log_arcs), axis=(1, 2)) & ~ops.any(_nan_or_posinf(log_root), axis=1)
+    return ops.cast(nan_where_invalid(log_z, finite), result_dtype)
 
 
 def _eliminated_marginals(scores, lengths, single_root):
@@ -387,9 +415,9 @@ def _with_second_derivatives(marginals, scores, lengths, single_root):
 
 
 def _factorize(scores, lengths, single_root):
-    """:func:`keras_structured.engine.matrix_tree.factorize` on ``scores`` (in float64), on TensorFlow."""
+    """:func:`~keras_structured.ops.matrix_tree_host.checked_factorize` of ``scores``, on TensorFlow."""
     outputs = tf.numpy_function(
-        lambda scores, lengths: matrix_tree.factorize(scores, lengths, single_root),
+        lambda scores, lengths: checked_factorize(scores, lengths, single_root),
         [tf.cast(scores, tf.float64), lengths],
         [tf.float64] * 6,
         stateful=False,
@@ -501,6 +529,10 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False):
         ValueError: at trace time, for shapes that do not fit, or lengths of a
             non-integer dtype; on JAX and PyTorch also for lengths outside ``[0, n]``
             when their values are known (elsewhere their ``log Z`` is NaN).
+        InvalidScoresError: at run time, for NaN or ``+inf`` scores on an arc of a
+            sentence (from the root or a word to another of its words): a
+            ``tf.errors.InvalidArgumentError`` and a ``ValueError``; under ``jax.jit``
+            inside JAX's ``JaxRuntimeError``; under XLA their ``log Z`` is NaN instead.
         tf.errors.InvalidArgumentError: on TensorFlow, at run time, for lengths outside
             ``[0, n]``.
 
@@ -514,7 +546,7 @@ def tree_crf_log_partition(scores, lengths=None, single_root: bool = False):
     """
     scores = _tree_scores(scores)
     lengths, valid = _tree_lengths(scores, lengths)
-    return _nan_where_invalid(_tree_log_partition(scores, lengths, single_root), valid)
+    return nan_where_invalid(_tree_log_partition(scores, lengths, single_root), valid)
 
 
 def tree_crf_marginals(scores, lengths=None, single_root: bool = False):

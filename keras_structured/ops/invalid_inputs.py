@@ -9,15 +9,19 @@ Values can be checked in two places, and each has its way of failing:
   - TensorFlow: ``tf.errors.InvalidArgumentError``, eagerly and at run time in graphs
     (``tf.function``, ``model.fit``); nothing under XLA, which drops asserts.
   - JAX: ``ValueError`` eagerly; nothing under ``jax.jit``, which cannot raise on values.
-  - PyTorch: ``ValueError`` eagerly; nothing under ``torch.compile`` or on the ``meta``
-    device (Keras' shape inference).
+  - PyTorch: ``ValueError`` eagerly; nothing under ``torch.compile`` or in Keras's shape
+    inference (``meta`` tensors, or placeholder ones when Keras retries off ``meta``).
 
   Where nothing can be raised, callers return NaN for the offending slices instead, so that
   a bad input is never mistaken for a good output.
 - On the host, in the numpy function that reads the values anyway (SparseMAP, MAP decoding,
-  the structured losses' labels): the engine raises ``ValueError``, which
-  :func:`raising_invalid_scores` raises as :class:`InvalidScoresError`. That saves a chain
-  of graph ops per call, and raises under ``jax.jit`` too.
+  the structured losses' labels, the tree CRF's scores): the engine raises ``ValueError``,
+  which :func:`raising_invalid_scores` raises as :class:`InvalidScoresError`. That saves a
+  chain of graph ops per call, and raises where the host function runs: eagerly on every
+  backend as it is (on JAX too, whose eager calls run the function directly), in TensorFlow
+  graphs and under ``torch.compile``, and under ``jax.jit`` as JAX's ``JaxRuntimeError`` (a
+  ``RuntimeError``), which holds the message after ``"INTERNAL: CpuCallback error"``; nothing
+  under XLA, which cannot call the host.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import functools
 
 import keras
 import tensorflow as tf
+from keras.src.backend import in_symbolic_scope
 
 
 class InvalidScoresError(tf.errors.InvalidArgumentError, ValueError):
@@ -34,8 +39,9 @@ class InvalidScoresError(tf.errors.InvalidArgumentError, ValueError):
 
     Raised inside the ops' numpy functions: being a ``ValueError``, TensorFlow turns it
     into ``tf.errors.InvalidArgumentError`` in graph mode, and eager mode re-raises it as
-    it is, an ``InvalidArgumentError`` too. On the PyTorch backend it reaches the caller as
-    it is; on JAX, inside the ``XlaRuntimeError`` of the host callback, its message included.
+    it is, an ``InvalidArgumentError`` too. On the PyTorch backend and eagerly on JAX it reaches
+    the caller as it is; under ``jax.jit``, inside the ``JaxRuntimeError`` of the host
+    callback, its message included.
     """
 
     def __init__(self, *args):
@@ -104,12 +110,28 @@ def checked(x, ok, message: str, count=None):
     return x
 
 
+def nan_where_invalid(x, valid):
+    """``x`` of shape ``(batch,)``, NaN for the examples whose check (``valid``) failed where
+    it could not raise, so that a bad input never reads as a good output.
+
+    Example:
+        >>> keras.ops.convert_to_numpy(nan_where_invalid(keras.ops.ones((2,)), [True, False])).tolist()
+        [1.0, nan]
+    """
+    # A scalar NaN, not ``full_like``, which reads its fill value back on PyTorch's ``meta``.
+    return keras.ops.where(valid, x, float("nan"))
+
+
 def is_concrete(x) -> bool:
     """Whether ``x`` holds values that Python can read now (not a tracer or a shape-only tensor).
 
-    Always False on TensorFlow, where checks run as graph ops instead.
+    Always False on TensorFlow, where checks run as graph ops instead, and inside Keras's shape
+    inference (``compute_output_spec``), whose tensors hold placeholders: on PyTorch, where
+    ``meta`` tensors fail, Keras infers the loss of a model from ones on the CPU, labels too.
     """
     backend = keras.backend.backend()
+    if in_symbolic_scope():
+        return False
     if backend == "jax":
         import jax
 
