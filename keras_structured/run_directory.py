@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import io
@@ -432,7 +433,8 @@ class RunLock:
         if self._handle is not None:
             os.ftruncate(self._handle, 0)
             if fcntl is not None:  # deleted while held: acquire checks that it locked the file there
-                self.path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # a folder it may not write in: the file stays, empty
+                    self.path.unlink(missing_ok=True)
             os.close(self._handle)  # closing releases the kernel's lock
             self._handle = None
             for folder in self._created:

@@ -1,6 +1,7 @@
 """The run-directory guarantees: one writer, whole files, no symlinks (keras_structured.run_directory)."""
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -247,3 +248,18 @@ def test_an_output_file_follows_symlinked_folders_and_clears_a_killed_writers_te
         os.close(handle)
     assert not left.exists() and live.exists() and all(path.exists() for path in other)
     assert (real / "out.conllu").read_text() == "2" and (tmp_path / "link").is_symlink()
+
+
+def test_a_lock_in_a_folder_it_may_not_write_in_is_released_all_the_same(tmp_path, monkeypatch):
+    """A lock file that cannot be deleted (a read-only folder) stays, emptied: the lock is free."""
+    lock = rd.RunLock(tmp_path).acquire()
+
+    def refuse(path, missing_ok=False):
+        raise PermissionError(f"[Errno 13] Permission denied: {str(path)!r}")
+
+    monkeypatch.setattr(pathlib.Path, "unlink", refuse)
+    lock.release()
+    monkeypatch.undo()
+    assert not lock.held and (tmp_path / rd.LOCK_FILE).read_text() == ""
+    with rd.RunLock(tmp_path) as again:
+        assert again.previous_holder is None
