@@ -188,6 +188,35 @@ def test_bad_masks_raise_clear_errors():
         lp_sparsemap_batch(graph, eta_u, mask=hole)
 
 
+def test_masks_and_gold_labels_of_another_batch_or_other_values_raise_naming_them():
+    """They failed with numpy's reshape message (as an error blaming the scores), or, for mask
+    values other than 0 and 1, were cast to booleans silently."""
+    graph = tagger(2)
+    eta_u = np.zeros((3, graph.num_variables), "float32")
+    with pytest.raises(
+        ValueError, match=r"mask must have the batch size of the scores \(3\).*mask.shape=\(2, 6\)"
+    ):
+        ks.lp_sparsemap(graph, eta_u, mask=np.ones((2, graph.num_variables), bool))
+    with pytest.raises(ValueError, match=r"mask must have the batch size.*mask.shape=\(2, 6\)"):
+        ks.LPSparseMAP(graph)(eta_u, mask=np.ones((2, graph.num_variables), bool))
+    gold = np.zeros((2, graph.num_variables), "float32")
+    gold[:, 0] = gold[:, LABELS] = 1.0
+    with pytest.raises(ValueError, match=r"y_true must have the batch size.*y_true.shape=\(2, 6\)"):
+        ks.LPSparseMAPLoss(graph)(gold, eta_u)
+    for values in (2, 0.5, -1):
+        with pytest.raises(ValueError, match=rf"mask must hold booleans \(or 0/1\).*mask values=\[{values}"):
+            ks.lp_sparsemap(graph, eta_u, mask=np.full(eta_u.shape, values, "float32"))
+    ones = ks.lp_sparsemap(graph, eta_u, mask=np.ones(eta_u.shape, "int32"))[0]
+    np.testing.assert_array_equal(ones, ks.lp_sparsemap(graph, eta_u)[0])
+    # Batch sizes known only at run time: the host names the mask (TensorFlow's run-time error).
+    solve = tf.function(
+        lambda u, m: ks.lp_sparsemap(graph, u, mask=m)[0],
+        input_signature=[tf.TensorSpec((None, 6), tf.float32), tf.TensorSpec((None, 6), tf.bool)],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask must have the shape of .* \(3, 6\)"):
+        solve(eta_u, np.ones((2, 6), bool))
+
+
 def test_a_logic_factor_left_without_variables_is_infeasible_and_flagged():
     graph = FactorGraph(3, [Xor([0, 1]), Budget([0, 1, 2], 2)])
     with warnings.catch_warnings(record=True) as caught:

@@ -9,6 +9,7 @@ over each logic factor's enumerated vertices, and central finite differences.
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 
 import numpy as np
@@ -26,6 +27,7 @@ from keras_structured.engine.lp import (
     AndOut,
     AtMostOne,
     Budget,
+    Factor,
     FactorGraph,
     Imply,
     LogicFactor,
@@ -472,6 +474,28 @@ def test_bad_graphs_and_scores_raise_clear_errors():
         Xor([1, 1])
     with pytest.raises(ValueError, match="must be a Factor"):
         FactorGraph(2, [SimplexStructure()])
+    # Index arrays the structure cannot read, factors the solver has no subproblem for, a
+    # factor for the list: numpy's and Python's messages, or an AttributeError at solve time.
+    for variables in (np.arange(4), np.arange(8).reshape(2, 2, 2)):
+        with pytest.raises(
+            ValueError, match=rf"unary scores of SequenceStructure.*{re.escape(str(variables.shape))}"
+        ):
+            StructureFactor(SequenceStructure(), variables)
+
+    class Unsolvable(Factor):
+        def __init__(self, variables):
+            super().__init__(np.asarray(variables))
+
+        def v_shape(self):
+            return (0,)
+
+    for factor in (Unsolvable([0, 1]), Factor(np.array([0, 1]))):
+        with pytest.raises(ValueError, match=r"a StructureFactor, a LogicFactor .* Received: factors\[0\]="):
+            FactorGraph(2, [factor])
+    with pytest.raises(ValueError, match=r"factors must be a list of factors. Received: factors=Or"):
+        FactorGraph(2, Or([0, 1]))
+    with pytest.raises(ValueError, match=r"present must hold 2 booleans.*Received: present=\[2, 2\]"):
+        FactorGraph(2, [Pair(0, 1)]).additional_parts([1, 1], np.array([2, 2]))
     with pytest.raises(ValueError, match="Received: k=4"):
         Budget([0, 1, 2], 4)
     with pytest.raises(ValueError, match="negated must hold one boolean per variable"):

@@ -37,6 +37,7 @@ from keras_structured.ops.dtypes import compute_dtype
 from keras_structured.ops.lp_sparsemap_host import ABSENT_GOLD, LP_GOLD, LP_SPARSEMAP
 from keras_structured.ops.lp_sparsemap_op import (
     SOLVER_SETTINGS,
+    check_batch,
     check_graph,
     prepare_scores,
     split_packed_scores,
@@ -63,7 +64,7 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
 
     Raises:
         ValueError: at trace time, for a graph that is not one, or labels and scores of
-            shapes that do not fit.
+            shapes (or batch sizes) that do not fit.
         tf.errors.InvalidArgumentError: at run time, for gold variables that are not a
             vertex of the local polytope, or non-finite scores.
 
@@ -85,6 +86,7 @@ def lp_sparsemap_loss(y_true, y_pred, graph: FactorGraph | dict, options: LPSpar
             f"y_true must have shape (batch, {graph.num_variables}): the gold variables, zeros and ones. "
             f"Received: y_true.shape={tuple(gold_u.shape)}"
         )
+    check_batch("y_true", gold_u, eta_u)
     # In float64, cast once at the end: the loss is a difference of two large scores.
     _, eta_u, eta_v = prepare_scores(graph, eta_u, eta_v)
     gold_u = ops.cast(gold_u, eta_u.dtype)

@@ -66,6 +66,11 @@ def _like(result: np.ndarray, template) -> np.ndarray:
 
 @raising_invalid_scores
 def _solve(eta_u, eta_v, mask, graph: FactorGraph, options: LPSparseMAPOptions) -> list[LPSparseMAPSolution]:
+    if mask is not None and np.shape(mask) != np.shape(eta_u):  # batch sizes known only now
+        raise ValueError(
+            f"mask must have the shape of the variables' scores {np.shape(eta_u)}. "
+            f"Received: mask.shape={np.shape(mask)}"
+        )
     batch = math.prod(_leading_shape(eta_u))
     return lp_sparsemap_batch(
         graph,

@@ -34,6 +34,7 @@ __all__ = [
     "INFO_KEYS",
     "SOLVER_SETTINGS",
     "broadcast_rows",
+    "check_batch",
     "check_graph",
     "lp_sparsemap",
     "prepare_scores",
@@ -67,6 +68,16 @@ def _check_width(name: str, x, width: int, what: str) -> None:
     shape = _shape(x)
     if len(shape) != 2 or shape[1] != width:
         raise ValueError(f"{name} must have shape (batch, {width}): {what}. Received: {name}.shape={shape}")
+
+
+def check_batch(name: str, x, eta_u) -> None:
+    """``ValueError`` unless ``x`` has the batch size of ``eta_u`` (where both are static)."""
+    batch, other = _shape(x)[0], _shape(eta_u)[0]
+    if None not in (batch, other) and batch != other:
+        raise ValueError(
+            f"{name} must have the batch size of the scores ({other}). "
+            f"Received: {name}.shape={_shape(x)}, scores' shape={_shape(eta_u)}"
+        )
 
 
 def broadcast_rows(x, row):
@@ -115,11 +126,7 @@ def prepare_scores(graph: FactorGraph, eta_u, eta_v) -> tuple:
     eta_v = ops.convert_to_tensor(eta_v)
     _check_width("eta_v", eta_v, graph.v_size, "the graph's additional parts, flat in factor order")
     compute_dtype(eta_v)
-    if None not in (eta_u.shape[0], eta_v.shape[0]) and eta_u.shape[0] != eta_v.shape[0]:
-        raise ValueError(
-            "eta_u and eta_v must have the same batch size. "
-            f"Received: eta_u.shape={_shape(eta_u)}, eta_v.shape={_shape(eta_v)}"
-        )
+    check_batch("eta_v", eta_v, eta_u)
     return dtype, eta_u, ops.cast(eta_v, wide)
 
 
@@ -142,10 +149,10 @@ def lp_sparsemap(
         eta_u: ``(batch, num_variables)`` variable scores (float16/32/64), finite.
         eta_v: ``(batch, graph.v_size)`` scores of the factors' additional parts, flat in
             factor order, finite; None for zeros.
-        mask: None, or ``(batch, num_variables)`` booleans, False for the variables an
-            example lacks (padding): they are held at zero with zero gradients, and structure
-            factors over them run at the lengths that leave them out, so that each example's
-            solution is that of the graph without them
+        mask: None, or ``(batch, num_variables)`` booleans (or numbers 0 and 1), False for
+            the variables an example lacks (padding): they are held at zero with zero
+            gradients, and structure factors over them run at the lengths that leave them
+            out, so that each example's solution is that of the graph without them
             (:func:`~keras_structured.engine.lp.lp_sparsemap_batch`).
         options: the solver settings, a :class:`keras_structured.engine.lp.LPSparseMAPOptions`
             (default: its defaults: ADMM to residuals of 1e-6, at most 1000 iterations, then
@@ -160,14 +167,15 @@ def lp_sparsemap(
         :class:`~keras_structured.engine.lp.LPSparseMAPConvergenceWarning` per batch.
 
     Raises:
-        ValueError: at trace time, for a graph that is not one, scores of the wrong shapes,
-            bad options, or a call inside an XLA-compiled function (the solver runs in
-            Python, see :mod:`keras_structured.ops.xla`).
+        ValueError: at trace time, for a graph that is not one, scores or a mask of the wrong
+            shapes (or batch sizes), bad options, or a call inside an XLA-compiled function
+            (the solver runs in Python, see :mod:`keras_structured.ops.xla`).
         TypeError: for scores that are not floats.
-        tf.errors.InvalidArgumentError: at run time, for NaN or infinite scores (an
+        tf.errors.InvalidArgumentError: at run time, for NaN or infinite scores, naming the
+            example, or mask values other than 0 and 1 (an
             :class:`~keras_structured.ops.invalid_inputs.InvalidScoresError`, also a
             ``ValueError``; on PyTorch the same error; on JAX inside the runtime error of the
-            host callback), naming the example.
+            host callback).
 
     Example: three labels, at most two on, the first two coupled by a Pair whose score
     makes them repel (-1: they share their mass) or attract (+1: both on, ``v = u_0 u_1 = 1``):
@@ -189,7 +197,9 @@ def lp_sparsemap(
     if mask is not None:
         mask = ops.convert_to_tensor(mask)
         _check_width("mask", mask, graph.num_variables, "one flag per variable of the graph")
-        mask = ops.cast(mask, "bool")
+        check_batch("mask", mask, eta_u)
+        if keras.backend.standardize_dtype(mask.dtype) != "bool":  # the host checks its 0s and 1s
+            mask = ops.cast(mask, eta_u.dtype)
     u, v, *info = host_call.call(LP_SPARSEMAP, eta_u, eta_v, mask, graph=graph, options=options)
     u, v = ops.cast(u, dtype), ops.cast(v, dtype)
     if not return_info:

@@ -275,11 +275,16 @@ def lp_sparsemap_batch(
 def _check_mask(graph: FactorGraph, mask: np.ndarray, batch: int) -> np.ndarray:
     """``mask`` as booleans of shape ``(batch, num_variables)``, or ValueError."""
     if mask.shape != (batch, graph.num_variables) or not (
-        mask.dtype == bool or (np.issubdtype(mask.dtype, np.number) and np.isin(mask, (0, 1)).all())
+        mask.dtype == bool or np.issubdtype(mask.dtype, np.number)
     ):
         raise ValueError(
             f"mask must hold booleans (or 0/1), one per variable and example, of shape "
             f"({batch}, {graph.num_variables}). Received: mask.shape={mask.shape}, dtype={mask.dtype}"
+        )
+    if mask.dtype != bool and not np.isin(mask, (0, 1)).all():
+        raise ValueError(
+            "mask must hold booleans (or 0/1), one per variable and example. "
+            f"Received: mask values={np.unique(mask[~np.isin(mask, (0, 1))]).tolist()}"
         )
     return mask.astype(bool)
 

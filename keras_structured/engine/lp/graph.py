@@ -121,7 +121,13 @@ class StructureFactor(Factor):
             raise ValueError(f"structure must be a Structure. Received: structure={structure!r}")
         super().__init__(check_variables(variables, "StructureFactor"))
         self.structure = structure
-        self._v_shape = tuple(int(d) for d in structure.v_shape(self.variables.shape))
+        try:
+            self._v_shape = tuple(int(d) for d in structure.v_shape(self.variables.shape))
+        except (ValueError, TypeError, IndexError) as error:  # a shape the structure cannot read
+            raise ValueError(
+                "StructureFactor variables must be an index array shaped like one example's unary "
+                f"scores of {type(structure).__name__}. Received: variables.shape={self.variables.shape}"
+            ) from error
         structure.validate_shapes(self.variables.shape, self._v_shape)
 
     def v_shape(self) -> tuple[int, ...]:
@@ -193,13 +199,21 @@ class FactorGraph:
     """
 
     def __init__(self, num_variables: int, factors):
+        from keras_structured.engine.lp.logic import LogicFactor
+
         self.num_variables = check_integer("num_variables", num_variables, minimum=1)
+        if isinstance(factors, Factor) or not hasattr(factors, "__iter__"):
+            raise ValueError(f"factors must be a list of factors. Received: factors={factors!r}")
         self.factors = list(factors)
         if not self.factors:
             raise ValueError(f"A factor graph needs at least one factor. Received: factors={factors!r}")
         for i, factor in enumerate(self.factors):
-            if not isinstance(factor, Factor):
-                raise ValueError(f"factors[{i}] must be a Factor. Received: {factor!r}")
+            # The solver has a subproblem for these two kinds only: a new factor subclasses one.
+            if not isinstance(factor, (StructureFactor, LogicFactor)):
+                raise ValueError(
+                    f"factors[{i}] must be a Factor: a StructureFactor, a LogicFactor or an instance "
+                    f"of a subclass of these. Received: factors[{i}]={factor!r}"
+                )
             if factor.variables.max() >= self.num_variables:
                 raise ValueError(
                     f"factors[{i}] ({factor!r}) uses a variable index >= num_variables={self.num_variables}. "
@@ -355,6 +369,13 @@ class FactorGraph:
                 f"A vertex of the local polytope has {self.num_variables} variables, each 0 or 1. "
                 f"Received: u={u.tolist()}"
             )
+        if present is not None:
+            present = np.asarray(present)
+            if present.shape != u.shape or present.dtype != bool:
+                raise ValueError(
+                    f"present must hold {self.num_variables} booleans, one per variable. "
+                    f"Received: present={present.tolist()}"
+                )
         parts = []
         for i, (factor, link, shape) in enumerate(zip(self.factors, self.links, self.v_shapes, strict=True)):
             x = u[link]
@@ -363,7 +384,7 @@ class FactorGraph:
             else:
                 u_shape = factor.variables.shape
                 structure = factor.structure
-                lengths = None if present is None else factor.lengths(np.asarray(present, bool)[None])
+                lengths = None if present is None else factor.lengths(present[None])
                 scores = (2.0 * x - 1.0).reshape((1,) + u_shape)
                 codes = structure.map(scores, np.zeros((1,) + shape), lengths)
                 found, part = (a[0] for a in structure.indicators(codes, u_shape, shape, lengths))
