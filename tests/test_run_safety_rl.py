@@ -182,7 +182,7 @@ def test_a_torn_last_row_is_dropped_by_the_readers_and_by_resume(run):
     with (run / "progress.csv").open("ab") as handle:
         handle.write(b"10")  # a 4th row cut short by a crash (it would read as global_step 10)
     assert [row["iteration"] for row in read_progress(run)] == [1, 2, 3]
-    assert last_row(run)["global_step"] == str(STEPS)
+    assert last_row(run)["global_step"] == STEPS
     assert main(_resume(run)) == 0
     assert _iterations(run) == [1, 2, 3, 4]
     text = (run / "progress.csv").read_text()
