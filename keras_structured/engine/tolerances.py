@@ -20,6 +20,10 @@ AFFINE_TOL = 1e-10
 VERIFY_TOL = 1e-2
 # KKT residual (relative to the scores) above which the incremental inverse is rebuilt.
 RESIDUAL_TOL = 1e-9
+# Distance of the weights' sum from one above which a point is not taken as a solution
+# (its KKT system is solved again): a point off the polytope by d has a Wolfe gap off by
+# about d |objective| (issue 56: 3.6e-6 gave gaps of -1.2e-4). Rounding leaves 1e-15.
+SUM_TOL = 1e-12
 # Relative Wolfe gap that counts as zero when an exact support is asked for: a few
 # rounding errors of the objective. Larger values stop on incomplete supports (the gaps
 # of missing structures fall to 1e-13 relative on trees of 50 words).
