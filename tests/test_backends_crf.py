@@ -6,9 +6,10 @@ what they return with the same functions run here, under TensorFlow: forward val
 gradients to 1e-5 in float32, both to 1e-12 in float64 (on JAX with 64-bit types switched
 on). The cases: linear-chain and tree log-partition functions with lengths (and their
 gradients, the marginals), the marginals themselves (and their gradients, second derivatives
-of ``log Z``), the two CRF losses; then ``model.fit`` of a tagger with ``SequenceScores`` and
-``LinearChainCRFLoss``, and its ``.keras`` file moved between backends. The layer checks of
-``SequenceScores`` are marked ``slow``.
+of ``log Z``), the two CRF losses (also on PyTorch's ``meta`` device), invalid inputs; then
+``model.fit`` of a tagger with ``SequenceScores`` and ``LinearChainCRFLoss``, and its
+``.keras`` file moved between backends (``tests/test_backends_fit.py`` fits every loss). The
+layer checks of ``SequenceScores`` are marked ``slow``.
 """
 
 from __future__ import annotations
@@ -168,6 +169,18 @@ def invalid_inputs() -> dict:
     return results
 
 
+def torch_meta() -> dict:
+    """On PyTorch's ``meta`` device, where Keras's trainer first builds a loss (on placeholder
+    labels), the CRF losses give their shapes without reading a value."""
+    with keras.device("meta"):
+        for single_root in (False, True):
+            loss = ks.tree_crf_loss(keras.ops.ones((83, 6)), keras.ops.ones((83, 6, 6)), single_root)
+            assert tuple(loss.shape) == (83,) and loss.device.type == "meta", loss
+        loss = ks.linear_chain_crf_loss(keras.ops.ones((83, 6)), keras.ops.ones((83, 6, 3, 4)))
+        assert tuple(loss.shape) == (83,) and loss.device.type == "meta", loss
+    return {}
+
+
 def jax_transformations() -> dict:
     """The tree CRF's host call under ``jax.vmap`` (one call for the mapped batches) and
     ``jax.hessian`` of ``log Z`` (the elimination's second derivatives) in float64 against
@@ -263,6 +276,7 @@ def _calls(backend: str, directory: Path) -> dict:
     else:
         calls["float32"] = f"{MODULE}:crf_values"
         calls["float64"] = (f"{MODULE}:crf_values", {"dtype": "float64"})
+        calls["meta"] = f"{MODULE}:torch_meta"
     return calls
 
 
@@ -321,6 +335,10 @@ def test_invalid_inputs_raise_eagerly_and_give_nan_under_jit(backend, backend_ru
         assert np.isfinite(results["jit_log_z"][0]) and np.isnan(results["jit_log_z"][1])
         assert np.isfinite(results["jit_loss"][0]) and np.isnan(results["jit_loss"][1])
         assert np.isfinite(results["jit_chain_scores"][0]) and np.isnan(results["jit_chain_scores"][1])
+
+
+def test_crf_losses_run_on_torch_meta_tensors(backend_runs):
+    backend_runs["torch"].wait()["meta"]
 
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
