@@ -23,6 +23,7 @@ from rl.checkpoint import (
     RESUME_FILE,
     STATE_FILE,
     WEIGHTS_FILE,
+    CheckpointError,
     checkpoint_dirs,
     flatten_arrays,
     write_checkpoint_files,
@@ -43,13 +44,17 @@ def upgrade_checkpoint(checkpoint: str | Path) -> None:
 
     Raises:
         FileNotFoundError: ``checkpoint`` has no ``state.pkl``.
+        CheckpointError: ``state.pkl`` cannot be unpickled (truncated, corrupted; named).
     """
     checkpoint = Path(checkpoint)
     legacy = checkpoint / LEGACY_FILE
     if not legacy.is_file():
         raise FileNotFoundError(f"No old-format checkpoint in {str(checkpoint)!r} (no {LEGACY_FILE})")
-    with legacy.open("rb") as f:
-        state = pickle.load(f)
+    try:
+        with legacy.open("rb") as f:
+            state = pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
+        raise CheckpointError(f"Cannot unpickle {str(legacy)!r}: {error!r}") from error
     with np.load(checkpoint / WEIGHTS_FILE, allow_pickle=False) as arrays:
         arrays = {key: arrays[key] for key in arrays.files}
     for name in _STATISTICS:

@@ -268,3 +268,12 @@ def test_help_says_where_pickle_is_read(capsys):
     assert "use it only on run directories you created" in text  # --resume
     assert "never a pickle" in text and "Never unpickles" in text  # evaluate, export
     assert "raw observations" in text and "argmax" in text  # what the exported model maps
+
+
+def test_upgrading_a_damaged_old_checkpoint_is_refused_naming_it(tmp_path, capsys):
+    legacy = tmp_path / "checkpoints" / "iter_000001" / "state.pkl"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(pickle.dumps({"envs": None})[:5])  # cut short
+    with pytest.raises(SystemExit) as stop:
+        main(["upgrade-checkpoint", str(tmp_path)])
+    assert stop.value.code == 2 and f"Cannot unpickle '{legacy}'" in capsys.readouterr().err

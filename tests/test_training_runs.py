@@ -26,7 +26,14 @@ class Settings:
 def _finished_run(logdir, settings: Settings) -> None:
     """The files of a run that ran all its epochs."""
     (logdir / "checkpoint").mkdir()
-    (logdir / "checkpoint" / "state.json").write_text(json.dumps({"epoch": settings.epochs, "bad_epochs": 0}))
+    state = {
+        "epoch": settings.epochs,
+        "best_accuracy": 0.5,
+        "best_epoch": 1,
+        "bad_epochs": 0,
+        "train_seconds": 1.0,
+    }
+    (logdir / "checkpoint" / "state.json").write_text(json.dumps(state))
     (logdir / "config.json").write_text(json.dumps(dataclasses.asdict(settings)))
     (logdir / "final.json").write_text("{}")
 
@@ -92,7 +99,8 @@ def test_a_run_resumed_after_a_crash_shows_each_epoch_once_in_tensorboard(tmp_pa
 
     settings = Settings(epochs=3)
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
-    run = TrainingRun(settings, tmp_path, ("epoch", "loss", "note"), "accuracy", quiet=True)
+    columns, text = ("epoch", "loss", "note"), ("note",)
+    run = TrainingRun(settings, tmp_path, columns, "accuracy", quiet=True, text_columns=text)
     run.write_settings(_Vocabulary())
     run.start()
     for epoch, loss in ((1, 0.9), (2, 0.8), (3, 0.75)):
@@ -100,7 +108,7 @@ def test_a_run_resumed_after_a_crash_shows_each_epoch_once_in_tensorboard(tmp_pa
         if epoch < 3:
             run.save_checkpoint(model, seconds=1.0)  # the crash: no checkpoint of epoch 3
     run.close()  # the process dies, and its lock on the directory with it
-    resumed = TrainingRun(settings, tmp_path, ("epoch", "loss", "note"), "accuracy", resume=True, quiet=True)
+    resumed = TrainingRun(settings, tmp_path, columns, "accuracy", resume=True, quiet=True, text_columns=text)
     resumed.restore(_Vocabulary)
     resumed.end_epoch(model, {"epoch": 3, "loss": 0.7, "note": "text"}, score=-0.7)
     resumed.save_checkpoint(model, seconds=1.0)
@@ -141,3 +149,32 @@ def test_a_process_killed_while_checkpointing_leaves_a_whole_checkpoint(tmp_path
     expected = "the next epoch's model" if swapped else "the last epoch's model"
     assert (tmp_path / "checkpoint" / "model.keras").read_text() == expected
     assert not (tmp_path / "checkpoint.next").exists() and not (tmp_path / "checkpoint.previous").exists()
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ("{}", r"epoch must be int. Received: epoch=None"),
+        ('{"epoch": "2", "best_epoch": 1, "bad_epochs": 0, "train_seconds": 1}', r"Received: epoch='2'"),
+        ('{"epoch": 2, "best_epoch": 1, "bad_epochs": 0, "train_seconds": "1 s"}', r"train_seconds must be"),
+        ('{"epoch": 2, "best_epoch"', r"is not a JSON file \(cut short or edited\?\)"),
+    ],
+)
+def test_a_resumed_checkpoint_whose_loop_state_was_edited_is_refused_naming_it(state, message, tmp_path):
+    settings = Settings(epochs=2)
+    _finished_run(tmp_path, settings)
+    (tmp_path / "checkpoint" / "state.json").write_text(state)
+    with pytest.raises(ValueError, match=r"checkpoint/state.json'.*" + message):
+        check_logdir(tmp_path, settings, resume=True)
+
+
+def test_a_vocabulary_of_another_kind_of_run_is_refused_naming_its_file(tmp_path):
+    from keras_structured.applications.nli.vocabulary import Vocabulary as NLIVocabulary
+    from keras_structured.applications.parsing.vocabulary import Vocabulary as ParserVocabulary
+    from keras_structured.applications.training_runs import read_vocabulary
+
+    (tmp_path / "vocabulary.json").write_text(json.dumps(NLIVocabulary(["dog"]).get_config()))
+    with pytest.raises(
+        ValueError, match=r"vocabulary.json' does not hold a vocabulary of this command's runs"
+    ):
+        read_vocabulary(tmp_path, ParserVocabulary)

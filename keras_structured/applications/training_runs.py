@@ -98,6 +98,8 @@ if TYPE_CHECKING:
 RUN_FILES = ("config.json", "progress.csv", "checkpoint", "best.keras", "final.json")
 #: Files of an incomplete run (no finished epoch) that ``--resume`` clears to start it again.
 INCOMPLETE_RUN_FILES = ("progress.csv", "best.keras", "final.json")
+#: The counters of every run's loop state (``checkpoint/state.json``), with their types.
+STATE_COUNTERS = {"epoch": (int,), "best_epoch": (int,), "bad_epochs": (int,), "train_seconds": (int, float)}
 #: Settings a resumed run may increase: they extend its training budget.
 BUDGET_FIELDS = ("epochs", "patience", "min_epochs")
 
@@ -186,9 +188,36 @@ def _read_config(logdir: pathlib.Path, config_class: type):
 
 
 def read_vocabulary(logdir: pathlib.Path, vocabulary_class: type) -> Any:
-    """The run's vocabulary, ``vocabulary_class.from_config`` of its ``vocabulary.json``
-    (:func:`~keras_structured.run_settings.read_json_object`: a damaged file is refused, named)."""
-    return vocabulary_class.from_config(read_json_object(logdir / "vocabulary.json"))
+    """The run's vocabulary, ``vocabulary_class.from_config`` of its ``vocabulary.json``.
+
+    Raises:
+        ValueError: the file is damaged (:func:`~keras_structured.run_settings.read_json_object`)
+            or holds no ``vocabulary_class`` (edited, or another application's run): the file
+            named.
+    """
+    path = logdir / "vocabulary.json"
+    values = read_json_object(path)
+    try:
+        return vocabulary_class.from_config(values)
+    except (TypeError, KeyError, ValueError) as error:  # from_config reads the file's values
+        raise ValueError(
+            f"{str(path)!r} does not hold a vocabulary of this command's runs (edited, or another "
+            f"application's run?). Received: {type(error).__name__}: {error}"
+        ) from None
+
+
+def _read_state(path: pathlib.Path) -> dict:
+    """A checkpoint's loop state, after refusing one whose counters are missing or not
+    numbers (:data:`STATE_COUNTERS`; the file, entry and value named)."""
+    state = read_json_object(path)
+    for name, kinds in STATE_COUNTERS.items():
+        value = state.get(name)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(
+                f"{str(path)!r} does not hold the loop state of a checkpoint (edited?): {name} must be "
+                f"{' or '.join(kind.__name__ for kind in kinds)}. Received: {name}={value!r}"
+            )
+    return state
 
 
 def finished(config: Any, state: dict) -> bool:
@@ -280,7 +309,7 @@ def check_logdir(logdir: pathlib.Path, config: Any, resume: bool) -> dict | None
         _check_resumed_settings(logdir, config)
         if incomplete:
             return None
-        return read_json_object(state_path)
+        return _read_state(state_path)
     held = [name for name in RUN_FILES if (logdir / name).exists()]
     if incomplete:
         raise FileExistsError(
@@ -341,6 +370,8 @@ class TrainingRun:
         resume: continue the run in ``logdir``.
         quiet: no progress bar.
         time_limit: minutes after which no new epoch starts (None: no limit).
+        text_columns: the columns of ``progress.csv`` that hold text; the others hold
+            numbers (:class:`~keras_structured.progress_log.ProgressLog`).
 
     Raises:
         RunLockedError: another process writes the directory.
@@ -364,6 +395,7 @@ class TrainingRun:
         resume: bool = False,
         quiet: bool = False,
         time_limit: float | None = None,
+        text_columns: Sequence[str] = (),
     ):
         self._opened = time.perf_counter()
         self.config = config
@@ -380,6 +412,7 @@ class TrainingRun:
         self.resumed = self.state is not None
         self._restarted = resume and not self.resumed  # an incomplete run, started again
         self._columns = tuple(progress_columns)
+        self._text_columns = tuple(text_columns)
         self._best = f"best_{score}"
         self._quiet = quiet
         self._time_limit = time_limit
@@ -425,7 +458,7 @@ class TrainingRun:
             "train_seconds": 0.0,
             **state,
         }
-        self._log = ProgressLog(self.logdir, self._columns)
+        self._log = ProgressLog(self.logdir, self._columns, text_columns=self._text_columns)
 
     def restore(self, vocabulary_class: type) -> tuple[keras.Model, Any]:
         """The checkpointed model and the vocabulary of a resumed run.
@@ -448,7 +481,9 @@ class TrainingRun:
         """
         vocabulary = read_vocabulary(self.logdir, vocabulary_class)
         model = keras.models.load_model(self.logdir / "checkpoint" / "model.keras")
-        self._log = ProgressLog(self.logdir, self._columns, resume_step=self.state["epoch"])
+        self._log = ProgressLog(
+            self.logdir, self._columns, resume_step=self.state["epoch"], text_columns=self._text_columns
+        )
         settings = dataclasses.asdict(self.config)
         if dataclasses.asdict(_read_config(self.logdir, type(self.config))) != settings:
             write_json(self.logdir / "config.json", settings)
