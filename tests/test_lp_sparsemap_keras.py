@@ -289,6 +289,29 @@ def test_loss_is_zero_at_a_gold_that_is_the_solution():
     assert variables_only.dtype == tf.float32 and variables_only.shape == (4,)
 
 
+def test_fit_on_logic_graphs_whose_solutions_are_inside_the_polytope():
+    """Scores strictly inside the local polytope (no constraint tight: ``u = eta_u``) failed
+    the whole batch with an InvalidScoresError blaming them, so fit stopped in its first
+    epoch; the layer's gradient there is the identity."""
+    graph = FactorGraph(3, [AtMostOne([0, 1]), Budget([0, 1, 2], 2)])
+    inputs = keras.Input((2,))
+    scores = keras.layers.Dense(
+        3, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(0.3)
+    )(inputs)
+    model = keras.Model(inputs, scores)
+    model.compile(optimizer="sgd", loss=ks.LPSparseMAPLoss(graph))
+    x = np.random.default_rng(0).normal(size=(8, 2)).astype("float32")
+    history = model.fit(x, np.tile([[1.0, 0.0, 1.0]], (8, 1)), batch_size=4, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    eta_u = tf.constant([[0.3, 0.2, 0.4]])
+    with tf.GradientTape() as tape:
+        tape.watch(eta_u)
+        u = ks.LPSparseMAP(graph)(eta_u)
+    np.testing.assert_array_equal(u.numpy(), eta_u.numpy())
+    upstream = tf.constant([[1.0, 2.0, 3.0]])
+    np.testing.assert_allclose(tape.gradient(u, eta_u, output_gradients=upstream), upstream)
+
+
 def test_loss_rejects_gold_that_is_no_vertex():
     scores = np.zeros((2, 6), "float32")
     with pytest.raises(

@@ -5,7 +5,7 @@ generic host call (:mod:`keras_structured.ops.host_call`): one call per batch fo
 solution, one for the backward pass, which applies the core's exact vector-Jacobian product
 (:meth:`LPSparseMAPSolution.vjp <keras_structured.engine.lp.LPSparseMAPSolution.vjp>`) in
 float64. The solutions stay on the host between the two calls (:data:`SOLUTIONS`), since
-their factorised KKT systems are no tensors: differentiated, the forward function returns
+their KKT systems on the faces are no tensors: differentiated, the forward function returns
 handles to them, residuals of the call, which the VJP receives with the scores (to solve
 again should the store have dropped them) and the cotangents of ``(u, v)``. The VJP has no
 gradient of its own: second derivatives are not supported.
