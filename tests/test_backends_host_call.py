@@ -178,8 +178,10 @@ def jax_vmap() -> dict:
 
 
 def torch_compiled() -> dict:
-    """Under ``torch.compile(fullgraph=True)`` (AOT autograd), and on the ``meta`` device."""
+    """Under ``torch.compile(fullgraph=True)`` (AOT autograd), on the ``meta`` device, and in
+    Keras's symbolic calls on placeholder values (no host call)."""
     import torch
+    from keras.src.backend.common.symbolic_scope import SymbolicScope
 
     def total(x, offset):
         cube, row_sums = host_call.call(CUBE, x, offset, scale=2.0)
@@ -190,6 +192,13 @@ def torch_compiled() -> dict:
     with keras.device("meta"):  # as in Keras's symbolic calls
         meta = host_call.call(CUBE, torch.empty((3, 4), device="meta"), None, scale=2.0)
     assert [tuple(t.shape) for t in meta] == [(3, 4), (3,)] and meta[0].device.type == "meta"
+    CALLS.clear()
+    with SymbolicScope():  # Keras's retry off ``meta``, on placeholder ones, which _positive rejects
+        results = [
+            *host_call.call(SQRT, -torch.ones((3, 4))),
+            *host_call.call(CUBE, torch.ones((3, 4)), None, scale=2.0),
+        ]
+    assert CALLS == [] and [tuple(t.shape) for t in results] == [(3, 4), (3, 4), (3,)]
     return {"compiled/grad_x": x.grad.numpy(), "compiled/grad_offset": offset.grad.numpy()}
 
 

@@ -18,14 +18,16 @@ its autograd formula); ``torch.compile`` computes the key once, when it traces
 (:func:`constant`). Their fake kernels give the result shapes from the function's specs
 without a host call, which is all ``torch.compile`` (and Keras's symbolic calls on the
 ``meta`` device) need: the compiled graph calls the ops as opaque host functions, without a
-graph break (``fullgraph=True`` works). The ops copy tensors of any device to the host and
-their results back, to the device of the first array.
+graph break (``fullgraph=True`` works). Keras's symbolic calls off ``meta`` (its retry on ones
+where a model fails there) get such tensors too, without a host call. The ops copy tensors of
+any device to the host and their results back, to the device of the first array.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from keras.src.backend import in_symbolic_scope
 
 from keras_structured.ops.host_call._functions import BoundCall, HostFunction, bind, bound_by_key
 
@@ -163,6 +165,11 @@ def call_function(
     without gradient unless ``differentiable`` and ``host`` has a VJP."""
     register_function(host)  # registered at import, unless the backend was set since
     key = _bound_key(host, present, tuple(static), *static.values())
+    if in_symbolic_scope():
+        # Keras's shape inference off the ``meta`` device (its retry where a model fails there)
+        # calls on placeholder values, ones, which a host function may reject (labels): shapes,
+        # as the fake kernel gives them, and no host call.
+        return _empty(bound_by_key(key).specs(*arrays), arrays[0])
     if not differentiable or host.vjp is None:
         arrays = [array.detach() for array in arrays]
     return _run(host.name, arrays, key)
