@@ -39,6 +39,7 @@ from benchmarks.resumable_runs import (
     run_parallel,
 )
 from benchmarks.run_plans import FinishedRun, NamedRun, RecordedOptions, RunLayout, RunPlan, RunStatus, Step
+from keras_structured.command_line import add_debug_option, exit_on_error
 from keras_structured.run_directory import RunLock, make_directory, write_json
 
 SpecT = TypeVar("SpecT", bound=NamedRun)
@@ -307,9 +308,14 @@ class Runner(Generic[SpecT, OptionsT, PlanT]):
 
     def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
         """Parse the ``run`` / ``report`` command line."""
+        return self.argument_parser().parse_args(argv)
+
+    def argument_parser(self) -> argparse.ArgumentParser:
+        """The ``run`` / ``report`` command line, each command with ``--debug``."""
         parser = argparse.ArgumentParser(
             description=self.description, formatter_class=argparse.RawDescriptionHelpFormatter
         )
+        add_debug_option(parser)
         sub = parser.add_subparsers(dest="command", required=True)
         run = sub.add_parser("run", help=self.run_help)
         run.add_argument(
@@ -332,12 +338,22 @@ class Runner(Generic[SpecT, OptionsT, PlanT]):
         )
         run.add_argument("--quick", action="store_true", help=self.quick_help)
         run.add_argument("--dry-run", action="store_true", help="print the pending commands and exit")
-        return parser.parse_args(argv)
+        for command in (run, report):
+            add_debug_option(command, subcommand=True)
+        return parser
 
     def main(self, argv: list[str] | None = None) -> int:
         """Entry point; returns the exit status (1 when some run failed or is still missing, 2 on a
-        root of other options or missing data)."""
-        args = self.parse_args(argv)
+        root of other options or missing data, or on a user error such as a root that cannot be
+        written: :func:`keras_structured.command_line.exit_on_error`)."""
+        parser = self.argument_parser()
+        args = parser.parse_args(argv)
+        try:
+            return self._main(args)
+        except Exception as error:
+            exit_on_error(parser, args, error)
+
+    def _main(self, args: argparse.Namespace) -> int:
         if args.command == "report":
             print(self.write_report(args.root))
             return 0

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -864,13 +865,16 @@ def test_report_compares_the_two_protocols_side_by_side(tmp_path):
     assert bench._protocol_table(suites) == section.strip().splitlines()
 
 
-def test_report_refuses_a_read_only_root_before_making_anything(tmp_path, monkeypatch):
+def test_report_refuses_a_read_only_root_before_making_anything(tmp_path, monkeypatch, capsys):
     config = build_suite(tmp_path)
     make_read_only(monkeypatch, tmp_path)
     refused = r"report writes results.md and figures/ into the root, and .* cannot be written \(Read-only"
     with pytest.raises(PermissionError, match=refused):
         bench.RUNNER.write_report(tmp_path, config)
     assert not (tmp_path / "figures").exists() and not (tmp_path / "results.md").exists()
+    with pytest.raises(SystemExit) as stop:  # the command line: a message, no traceback
+        bench.RUNNER.main(["report", "--root", str(tmp_path)])
+    assert stop.value.code == 2 and re.search(refused, capsys.readouterr().err)
 
 
 def test_report_on_an_empty_root_lists_everything_missing(tmp_path):
