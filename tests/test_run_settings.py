@@ -51,6 +51,11 @@ def test_harmless_edits_are_read_as_written(kind, edit, tmp_path):
     assert _read(kind, tmp_path) == CONFIGS[kind]
 
 
+def _seed(value):
+    """An edit of ``config.json`` that gives the seed ``value`` (JSON text)."""
+    return lambda text: text.replace('"seed": 0', f'"seed": {value}')
+
+
 @pytest.mark.parametrize("kind", CONFIGS)
 @pytest.mark.parametrize(
     ("edit", "message"),
@@ -65,20 +70,13 @@ def test_harmless_edits_are_read_as_written(kind, edit, tmp_path):
             r"'colour' is not a setting.*Received: colour='red'",
             id="unknown key",
         ),
-        pytest.param(
-            lambda text: text.replace('"seed": 0', '"seed": "zero"'),
-            r"seed must be int, not str.*Received: seed='zero'",
-            id="string for a number",
-        ),
-        pytest.param(
-            lambda text: text.replace('"seed": 0', '"seed": true'),
-            r"seed must be int, not bool.*Received: seed=True",
-            id="bool for a number",
-        ),
-        pytest.param(
-            lambda text: text.replace('"seed": 0', '"seed": -3'),
-            r"seed.*Received: seed=-3",
-            id="value out of range",
+        *(
+            pytest.param(_seed(value), message, id=name)
+            for value, message, name in (
+                ('"zero"', r"seed must be int, not str.*Received: seed='zero'", "string for a number"),
+                ("true", r"seed must be int, not bool.*Received: seed=True", "bool for a number"),
+                ("-3", r"seed.*Received: seed=-3", "value out of range"),
+            )
         ),
         pytest.param(
             lambda text: text.encode("utf-8").replace(b'"seed"', b'"s\xffeed"'),
