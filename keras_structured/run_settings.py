@@ -117,15 +117,15 @@ def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
         >>> read_json_object(path)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: '...config.json' is not a JSON file (cut short or edited?): Expecting value at line 1 ...
+        ValueError: '...config.json' is not a JSON file (cut short or edited?): Expecting value (line 1, column 10)...
     """
     text = read_text(path)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(
-            f"{str(path)!r} is not a JSON file (cut short or edited?): {error.msg} at line {error.lineno} "
-            f"column {error.colno}. Received: {text[error.pos : error.pos + 20]!r}"
+            f"{str(path)!r} is not a JSON file (cut short or edited?): {error.msg} (line {error.lineno}, "
+            f"column {error.colno}). Received: {text[error.pos : error.pos + 20]!r}"
         ) from None
     if not isinstance(value, dict):
         raise ValueError(

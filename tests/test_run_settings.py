@@ -85,7 +85,7 @@ def _seed(value):
         ),
         pytest.param(
             lambda text: text[: len(text) // 2],
-            r"is not a JSON file \(cut short or edited\?\).*line \d+",
+            r"is not a JSON file \(cut short or edited\?\).*\(line \d+, column \d+\)",
             id="truncated",
         ),
         pytest.param(lambda text: "[1, 2]\n", r"must hold a JSON object. Received: list", id="not an object"),
