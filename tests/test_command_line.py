@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from keras_structured.command_line import DEBUG_HELP, DEBUG_VARIABLE, run_command
+from keras_structured.divergence import DivergenceError
 from rl.cli import _DEBUG_HELP
 from rl.cli import main as rl_main
 
@@ -104,14 +105,20 @@ def test_debug_raises_the_error_itself_so_that_its_traceback_shows(module, tmp_p
     assert _exit(module, command, capsys)[0] == 2
 
 
-def test_bugs_keep_their_traceback(monkeypatch):
+def test_bugs_keep_their_traceback_and_a_divergence_exits_with_status_1(capsys):
     cli = importlib.import_module(f"{PARSER}.__main__")
 
-    def bug(args):
-        raise TypeError("a bug")
+    def fails(error):
+        def run(args):
+            raise error
+
+        return run
 
     with pytest.raises(TypeError, match="a bug"):
-        run_command(cli._parser(), bug, ["evaluate", "--logdir", "x"])
+        run_command(cli._parser(), fails(TypeError("a bug")), ["evaluate", "--logdir", "x"])
+    with pytest.raises(SystemExit) as stop:
+        run_command(cli._parser(), fails(DivergenceError("loss became nan")), ["evaluate", "--logdir", "x"])
+    assert stop.value.code == 1 and "evaluate: error: loss became nan" in capsys.readouterr().err
 
 
 def test_every_command_offers_debug_with_the_same_help(capsys):
