@@ -194,14 +194,14 @@ def test_masks_and_gold_labels_of_another_batch_or_other_values_raise_naming_the
     graph = tagger(2)
     eta_u = np.zeros((3, graph.num_variables), "float32")
     with pytest.raises(
-        ValueError, match=r"mask must have the batch size of the scores \(3\).*mask.shape=\(2, 6\)"
+        ValueError, match=r"mask must have the same batch size as the scores \(3\).*mask.shape=\(2, 6\)"
     ):
         ks.lp_sparsemap(graph, eta_u, mask=np.ones((2, graph.num_variables), bool))
-    with pytest.raises(ValueError, match=r"mask must have the batch size.*mask.shape=\(2, 6\)"):
+    with pytest.raises(ValueError, match=r"mask must have the same batch size.*mask.shape=\(2, 6\)"):
         ks.LPSparseMAP(graph)(eta_u, mask=np.ones((2, graph.num_variables), bool))
     gold = np.zeros((2, graph.num_variables), "float32")
     gold[:, 0] = gold[:, LABELS] = 1.0
-    with pytest.raises(ValueError, match=r"y_true must have the batch size.*y_true.shape=\(2, 6\)"):
+    with pytest.raises(ValueError, match=r"y_true must have the same batch size.*y_true.shape=\(2, 6\)"):
         ks.LPSparseMAPLoss(graph)(gold, eta_u)
     for values in (2, 0.5, -1):
         with pytest.raises(ValueError, match=rf"mask must hold booleans \(or 0/1\).*mask values=\[{values}"):

@@ -75,7 +75,7 @@ def check_batch(name: str, x, eta_u) -> None:
     batch, other = _shape(x)[0], _shape(eta_u)[0]
     if None not in (batch, other) and batch != other:
         raise ValueError(
-            f"{name} must have the batch size of the scores ({other}). "
+            f"{name} must have the same batch size as the scores ({other}). "
             f"Received: {name}.shape={_shape(x)}, scores' shape={_shape(eta_u)}"
         )
 
