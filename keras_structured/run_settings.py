@@ -117,7 +117,7 @@ def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
         >>> read_json_object(path)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: '...config.json' is not a JSON file (cut short or edited?): Expecting value (line 1, ...)
+        ValueError: '...' is not a JSON file (cut short or edited?): Expecting value (line 1, column 10)...
     """
     text = read_text(path)
     try:
