@@ -105,7 +105,10 @@ def test_evaluate_align_and_time_a_run(parts_run, tmp_path, capsys):
     assert 0 < result["alignment_nonzero_percent"] <= 100
     assert json.loads((logdir / "eval_test.json").read_text())["accuracy"] == result["accuracy"]
 
-    output, png = tmp_path / "align.json", tmp_path / "align.png"
+    # the outputs' folder is a symlink to a real one (as ~/data often is): followed
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "disk", target_is_directory=True)
+    output, png = tmp_path / "out" / "align.json", tmp_path / "out" / "align.png"
     main(["align", "--logdir", str(logdir), "--output", str(output), "--png", str(png)])
     pairs = json.loads(output.read_text())["pairs"]
     assert [pair["label"] for pair in pairs] == ["entailment", "contradiction"]
@@ -115,7 +118,7 @@ def test_evaluate_align_and_time_a_run(parts_run, tmp_path, capsys):
         np.testing.assert_allclose(p2h.sum(axis=1), 1.0, atol=1e-5)
     assert png.with_name("align_0.png").stat().st_size > 0 and png.with_name("align_1.png").is_file()
 
-    timing_file = tmp_path / "timing.json"
+    timing_file = tmp_path / "out" / "timing.json"
     main(["time", "--logdir", str(logdir), "--steps", "1", "--output", str(timing_file)])
     timing = json.loads(timing_file.read_text())[str(logdir)]
     assert timing["attention"] == "sequence" and timing["steps"] == 1 and timing["median_step_s"] > 0

@@ -30,3 +30,11 @@ def test_summary_and_report(tmp_path, capsys):
     report_timings({"run": summary}, str(tmp_path / "out" / "timing.json"))
     assert json.loads(capsys.readouterr().out) == {"run": summary}
     assert json.loads((tmp_path / "out" / "timing.json").read_text()) == {"run": summary}
+
+
+def test_the_report_follows_a_symlinked_output_folder(tmp_path, capsys):
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "disk", target_is_directory=True)
+    report_timings({"run": step_summary([0.5])}, str(tmp_path / "link" / "timing.json"))
+    capsys.readouterr()
+    assert json.loads((tmp_path / "disk" / "timing.json").read_text())["run"]["steps"] == 1

@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_structured.applications.training_runs import read_vocabulary
 from keras_structured.engine import SparseMAPConvergenceWarning
-from keras_structured.run_directory import make_directory, write_json
+from keras_structured.run_directory import save_output_file
 from keras_structured.run_settings import read_json_object
 from keras_structured.validation import check_integer
 
@@ -76,11 +76,11 @@ def step_summary(seconds: Sequence[float]) -> dict:
 
 
 def report_timings(result: dict, output: str | None = None) -> None:
-    """Print the timings as one JSON line, and write them into ``output`` too when given
-    (whole, never through a symlink: :mod:`keras_structured.run_directory`)."""
+    """Print the timings as one JSON line, and write them into ``output`` too when given (the
+    user's path, its symlinked folders followed, written whole:
+    :func:`keras_structured.run_directory.save_output_file`)."""
     if output:
-        make_directory(pathlib.Path(output).parent)
-        write_json(output, result)
+        save_output_file(output, lambda path: path.write_text(json.dumps(result, indent=1) + "\n"))
     print(json.dumps(result))
 
 

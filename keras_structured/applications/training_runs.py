@@ -71,7 +71,7 @@ import errno
 import pathlib
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import keras
@@ -81,7 +81,6 @@ from keras_structured.divergence import DivergenceError, RaiseOnNonFiniteLoss, c
 from keras_structured.progress_log import ProgressLog
 from keras_structured.run_directory import (
     RunLock,
-    make_directory,
     recover_directory,
     save_directory,
     save_file,
@@ -120,23 +119,6 @@ def check_run_settings(config: Any) -> None:
         check_integer(name, getattr(config, name), minimum=1)
     check_number("learning_rate", config.learning_rate, minimum=0, open_minimum=True)
     check_number("learning_rate_decay", config.learning_rate_decay, minimum=0, maximum=1, open_minimum=True)
-
-
-def save_output(path: str | pathlib.Path, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
-    """Write a command's output file whole, its folder created (see
-    :func:`~keras_structured.run_directory.save_file`: never through a symlink).
-
-    Args:
-        path: the file.
-        write: called with a temporary path beside ``path``, with its suffix.
-
-    Returns:
-        ``path``, a ``pathlib.Path``.
-    """
-    path = pathlib.Path(path)
-    make_directory(path.parent)
-    save_file(path, write)
-    return path
 
 
 def save_evaluation(logdir: str | pathlib.Path, split: str, result: dict) -> bool:

@@ -140,10 +140,10 @@ def _align(args) -> None:
                 f"{pair['hypothesis'][j]}={w:.2f}" for j, w in enumerate(pair["p2h"][i]) if w > 0.005
             )
             print(f"  {word} -> {weights}")
-    from keras_structured.applications.training_runs import save_output
+    from keras_structured.run_directory import save_output_file
 
     if args.output:
-        save_output(args.output, lambda path: path.write_text(json.dumps(result) + "\n"))
+        save_output_file(args.output, lambda path: path.write_text(json.dumps(result) + "\n"))
         print(f"wrote {args.output}")
     if args.png:
         from keras_structured.applications.nli.figures import plot_alignments
@@ -156,7 +156,7 @@ def _align(args) -> None:
             draw = functools.partial(
                 plot_alignments, pair["premise"], pair["hypothesis"], matrices, title=title
             )
-            save_output(path, draw)  # draw(path) with a temporary path
+            save_output_file(path, draw)  # draw(path) with a temporary path
             print(f"wrote {path}")
 
 
