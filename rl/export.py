@@ -20,7 +20,7 @@ from pathlib import Path
 
 import keras
 
-from keras_structured.run_directory import make_directory, save_file
+from keras_structured.run_directory import save_output_file
 from rl.evaluation import load_policy
 from rl.normalization import RunningMeanStd
 from rl.policies import Policy
@@ -86,6 +86,5 @@ def export_policy(checkpoint: str | Path, output: str | Path) -> Path:
             f"The exported model's file name must end in .keras. Received: output={str(output)!r}"
         )
     _, policy, obs_rms = load_policy(checkpoint)
-    make_directory(output.parent)
-    save_file(output, policy_model(policy, obs_rms).save)
+    save_output_file(output, policy_model(policy, obs_rms).save)  # the user's path: symlinks followed
     return output

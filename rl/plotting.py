@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_structured.run_directory import make_directory, save_file
+from keras_structured.run_directory import save_output_file
 from rl.logger import read_progress
 
 _SEED_SUFFIX = re.compile(r"[_\-]+s(eed)?\d+$")
@@ -82,9 +82,8 @@ def plot(run_dirs: list[str | Path], output: str | Path, key: str = "charts/epis
     ax.grid(alpha=0.3)
     fig.tight_layout()
     output = Path(output)
-    make_directory(output.parent)
-    try:
-        save_file(output, lambda path: fig.savefig(path, dpi=120))
+    try:  # the user's path: symlinked folders followed
+        save_output_file(output, lambda path: fig.savefig(path, dpi=120))
     finally:
         plt.close(fig)
     return output

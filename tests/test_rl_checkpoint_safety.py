@@ -113,8 +113,12 @@ def test_evaluate_export_and_plot_never_unpickle(runs, copy_of_cartpole, tmp_pat
     for ours, theirs in zip(policy.numpy_weights(), clean_policy.numpy_weights(), strict=True):
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(obs_rms.mean, clean_obs_rms.mean)
-    assert main(["export", "--checkpoint", str(copy_of_cartpole), "--output", str(tmp_path / "p.keras")]) == 0
-    assert main(["plot", str(copy_of_cartpole), "--output", str(tmp_path / "curves.png")]) == 0
+    (tmp_path / "disk").mkdir()  # the outputs go through a symlinked folder, which is followed
+    (tmp_path / "out").symlink_to(tmp_path / "disk", target_is_directory=True)
+    out = tmp_path / "out"
+    assert main(["export", "--checkpoint", str(copy_of_cartpole), "--output", str(out / "p.keras")]) == 0
+    assert main(["plot", str(copy_of_cartpole), "--output", str(out / "curves.png")]) == 0
+    assert {path.name for path in (tmp_path / "disk").iterdir()} == {"p.keras", "curves.png"}
     assert not marker.exists()
 
     read_resume_state(checkpoint_dirs(copy_of_cartpole)[-1])  # the payload is live: resume runs it
