@@ -58,6 +58,7 @@ class ActiveSetSolver(SupportState):
         self._near = False  # the gap came within tolerances.NEAR_GAP (or tol): work to rounding
         self._refined = False  # since the active set last changed
         self._entered = b""  # the key of the structure that entered last
+        self._reentries = 0  # times in a row it entered again after leaving at once
         # The face certificate: the sign of the perturbation of the MAP scores (0: none),
         # the perturbation, how many times it was shrunk and the face's score.
         self._sign, self._direction, self._shrinks, self._face_score = 0, None, 0, 0.0
@@ -116,7 +117,9 @@ class ActiveSetSolver(SupportState):
             return
         finished = self.check_gap(m, n, min(self.tol, tolerances.ROUNDING_GAP) if self.exact else self.tol)
         active = self.index_of(code) is not None
-        self._tol_reached = self._tol_reached or self.gap_within(self.tol)
+        # The gap of this point, not of an earlier one (as the compiled kernel).
+        self._tol_reached = self.gap_within(max(self.tol, tolerances.ROUNDING_GAP))
+        returned = not active and code.tobytes() == self._entered
         self._near = self._near or self.gap_within(max(self.tol, tolerances.NEAR_GAP))
         if self.exact and not finished:
             # Terminated: the MAP structure adds nothing to the support's affine hull.
@@ -124,21 +127,24 @@ class ActiveSetSolver(SupportState):
         if self.exact and finished and not self._refined:
             # Decide on gaps exact to rounding: rebuild the factorization, ask again.
             self.done = self.converged = False
-            self._refactor()
-            self._solve_relaxed()
+            self._solve_relaxed(rebuild=True)
             self._refined = True
             return
         if finished:
             self.done = self.converged = not (self.exact and self._start_certificate())
             return
-        if active:
-            # An active structure cannot have a positive gap in exact arithmetic:
-            # rebuild the factorization once, then give up (reported as not converged).
+        if active or (returned and self._reentries > 0):
+            # An active structure cannot have a positive gap in exact arithmetic, nor one
+            # that left at once after entering with a rebuilt factorization: rebuild it
+            # once, then give up (reported as not converged), as the compiled kernel.
             self._stalls += 1
             self.done = self._stalls > 1
-            self._refactor()
-            self._solve_relaxed()
+            self._solve_relaxed(rebuild=True)
             return
+        if returned:
+            # It left at once in spite of its gap: enter it with a rebuilt factorization.
+            self._refactor()
+        self._reentries = self._reentries + 1 if returned else 0
         self._enter(m, n, code)
         self._refined = False
         self._solve_relaxed()
@@ -257,7 +263,8 @@ class ActiveSetSolver(SupportState):
         else:
             self.kkt_inverse = shrunk - np.outer(column, column) / pivot
 
-    def _refactor(self) -> None:
+    def _refactor(self) -> np.ndarray:
+        """Rebuild the KKT inverse; returns the KKT matrix."""
         # The active rows are affinely independent, so the KKT matrix is invertible:
         # LU is exact on small integer systems, the pseudo-inverse only a fallback.
         kkt = self.kkt_matrix()
@@ -265,31 +272,39 @@ class ActiveSetSolver(SupportState):
             self.kkt_inverse = np.linalg.inv(kkt)
         except np.linalg.LinAlgError:
             self.kkt_inverse = np.linalg.pinv(kkt)
+        return kkt
 
     def _kkt_residual(self, solution: np.ndarray) -> np.ndarray:
         """``[1; theta] - K [tau; y]``, with ``K`` applied through the active rows."""
         tau, y = solution[0], solution[1:]
         return np.concatenate([[1.0 - y.sum()], self.theta - tau - self.M @ (y @ self.M)])
 
-    def _solve_relaxed(self) -> None:
+    def _solve_relaxed(self, rebuild: bool = False) -> None:
         """Solve the KKT system on the active set; drop structures until it is feasible.
         Near the optimum (exact), the solution is refined first and weights down to
         ``-tolerances.WEIGHT_SLACK`` count as zero, as in the compiled kernel: the weights of the
-        face's structures are rounding error there."""
+        face's structures are rounding error there. With ``rebuild`` (and whenever the
+        incremental inverse drifted), the inverse is rebuilt and the system solved by LU,
+        as ``kkt_inverse.refactor`` explains."""
         slack = tolerances.WEIGHT_SLACK if self.exact and self._near else 0.0
-        refactored = False
+        kkt = self._refactor() if rebuild else None  # (the rebuilt matrix)
         while True:
-            solution = self.kkt_inverse @ np.concatenate([[1.0], self.theta])
+            rhs = np.concatenate([[1.0], self.theta])
+            solution = self.kkt_inverse @ rhs
+            if kkt is not None:
+                try:
+                    solution = np.linalg.solve(kkt, rhs)
+                except np.linalg.LinAlgError:  # singular: the pseudo-inverse's solution
+                    pass
             for _ in range(tolerances.REFINEMENTS if slack else 0):
                 solution = solution + self.kkt_inverse @ self._kkt_residual(solution)
             residual = self._kkt_residual(solution)
-            drifted = abs(residual[0]) > 1e-8 or np.abs(residual[1:]).max() > tolerances.RESIDUAL_TOL * max(
-                1.0, np.abs(self.theta).max()
-            )
-            if drifted and not refactored:
+            drifted = abs(residual[0]) > tolerances.SUM_TOL or np.abs(
+                residual[1:]
+            ).max() > tolerances.RESIDUAL_TOL * max(1.0, np.abs(self.theta).max())
+            if drifted and kkt is None:
                 # The incremental inverse no longer solves the KKT system: rebuild it once.
-                self._refactor()
-                refactored = True
+                kkt = self._refactor()
                 continue
             y_hat = solution[1:]
             negative = np.flatnonzero(y_hat < -slack)
@@ -300,5 +315,5 @@ class ActiveSetSolver(SupportState):
             leave = negative[np.argmin(ratios)]
             self.y = np.maximum(self.y + float(np.min(ratios)) * (y_hat - self.y), 0.0)
             self._drop(leave)
-            refactored = False
+            kkt = None
         self.update_point()
