@@ -250,7 +250,9 @@ def make_directory(path: str | os.PathLike) -> pathlib.Path:
     return path
 
 
-def save_output_file(path: str | os.PathLike, write: Callable[[pathlib.Path], Any]) -> pathlib.Path:
+def save_output_file(
+    path: str | os.PathLike, write: Callable[[pathlib.Path], Any], *, follow_file_link: bool = True
+) -> pathlib.Path:
     """Write a command's output file, a path the user named outside any run directory, whole.
 
     The path is the user's: symlinks among its folders, or a symlink that is the file itself,
@@ -262,10 +264,18 @@ def save_output_file(path: str | os.PathLike, write: Callable[[pathlib.Path], An
     Args:
         path: the file to (re)write.
         write: called with a temporary path beside the real file, with its suffix.
+        follow_file_link: whether a symlink that is the file itself is followed; if False it
+            is refused (:class:`UnsafePathError`), for commands that overwrite their output
+            without being asked (``rl plot``), so as not to change the file it points to.
 
     Returns:
         The real path written, a ``pathlib.Path``.
     """
+    if not follow_file_link and pathlib.Path(path).is_symlink():
+        raise UnsafePathError(
+            f"Refusing to write through a symlink: {str(path)!r} points to {os.readlink(path)!r}, which "
+            f"it would overwrite; name the file itself. Received: path={str(path)!r}"
+        )
     target = pathlib.Path(path).resolve()
     make_directory(target.parent)
     pattern = re.compile(re.escape(f".{target.stem}.") + r"[a-z0-9_]{8}" + re.escape(f".tmp{target.suffix}"))

@@ -86,5 +86,6 @@ def export_policy(checkpoint: str | Path, output: str | Path) -> Path:
             f"The exported model's file name must end in .keras. Received: output={str(output)!r}"
         )
     _, policy, obs_rms = load_policy(checkpoint)
-    save_output_file(output, policy_model(policy, obs_rms).save)  # the user's path: symlinks followed
+    # the user's path: symlinked folders followed, a symlink as the file refused
+    save_output_file(output, policy_model(policy, obs_rms).save, follow_file_link=False)
     return output

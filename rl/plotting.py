@@ -82,8 +82,8 @@ def plot(run_dirs: list[str | Path], output: str | Path, key: str = "charts/epis
     ax.grid(alpha=0.3)
     fig.tight_layout()
     output = Path(output)
-    try:  # the user's path: symlinked folders followed
-        save_output_file(output, lambda path: fig.savefig(path, dpi=120))
+    try:  # the user's path: symlinked folders followed, a symlink as the file refused
+        save_output_file(output, lambda path: fig.savefig(path, dpi=120), follow_file_link=False)
     finally:
         plt.close(fig)
     return output
