@@ -85,8 +85,9 @@ _DRIFT_TOL = 1e-10
 # Drift above which K^{-1} is rebuilt before a structure is measured against the hull
 # (:func:`hull_distance` refines with it, and does not converge from further off).
 _REFINE_DRIFT = 1e-8
-# Solver status: stopped by max_iter before tol; terminated; stuck on an active
-# structure before tol; stopped by max_iter within tol but before exact termination.
+# Solver status: stopped by max_iter before tol; terminated; stuck before tol (on an
+# active structure, or one that leaves at once whenever it enters); stopped by max_iter
+# at a point within tol but before exact termination.
 RUNNING, CONVERGED, STALLED, TOL_REACHED = 0, 1, 2, 3
 
 
