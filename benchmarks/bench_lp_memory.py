@@ -95,9 +95,10 @@ def measure(
 
     Returns:
         A dict: ``fit_mib``, ``predict_mib`` (RSS growth per 1000 steps or batches after the
-        warm-up), ``fit_s``, ``predict_s`` (seconds per 1000), ``kept`` (batches left in the
-        stores at the end).
+        warm-up), ``fit_s``, ``predict_s`` (seconds per 1000), ``kept`` (batches the run left
+        in the stores: what the process held before, from other calls, is not counted).
     """
+    kept_before = kept_batches()
     network = build_model(model)
     rng = np.random.default_rng(0)
 
@@ -123,7 +124,7 @@ def measure(
         "predict_mib": predict_mib,
         "fit_s": fit_s,
         "predict_s": predict_s,
-        "kept": kept_batches(),
+        "kept": kept_batches() - kept_before,
     }
 
 
