@@ -301,6 +301,9 @@ def _solve_one(
     # The hash of the structure that entered last (if one has), and how many times in a
     # row it entered again after leaving at once.
     entered, has_entered, reentries = np.int64(0), False, 0
+    # The support's size after a structure the certificate found entered (0: none): the
+    # point stays the solution, and the next certificate follows at once.
+    face_entry = 0
     for iteration in range(max_iter):
         u_squared = _linearize(eta_u, u, iterate)
         if sign != 0:
